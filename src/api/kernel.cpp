@@ -1,0 +1,120 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+#include "api/kernel_impl.hpp"
+#include "rtattn/errors.hpp"
+#include "rtattn_params.h"
+
+namespace rtattn {
+
+namespace {
+
+struct Dim {
+    std::int64_t extent, stride;
+};
+
+void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
+                  int dim) {
+    auto field = [&](const char* f) { return fmt::format("{}.{}", name, f); };
+    if (!t.ptr) throw ArgumentError(field("ptr"), "is null; a device pointer is required");
+    const int align = vec * 2;
+    if (reinterpret_cast<std::uintptr_t>(t.ptr) % align != 0)
+        throw ArgumentError(field("ptr"), fmt::format("must be {}-byte aligned (this kernel moves {}-element vectors "
+                                                      "for head dim {})",
+                                                      align, vec, dim));
+    const std::array<std::pair<const char*, std::int64_t>, 3> strides = {
+        {{"batch_stride", t.batch_stride}, {"seq_stride", t.seq_stride}, {"head_stride", t.head_stride}}};
+    for (const auto& [f, s] : strides) {
+        if (s < 0) throw ArgumentError(field(f), fmt::format("{} is negative; strides must be >= 0", s));
+        if (s % vec != 0)
+            throw ArgumentError(field(f), fmt::format("{} must be a multiple of {} elements (vector width for head "
+                                                      "dim {})",
+                                                      s, vec, dim));
+    }
+    if (!is_output) return;
+    // Output rows must not overlap, or two CTAs would race on the same elements: sorted by stride, each dimension
+    // must step past everything the smaller ones span.
+    std::array<Dim, 4> dims = {{{dim, 1}, {heads, t.head_stride}, {seqlen, t.seq_stride}, {batch, t.batch_stride}}};
+    std::sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+    std::int64_t span = 1;  // elements covered by the dimensions processed so far
+    for (const auto& d : dims) {
+        if (d.extent <= 1) continue;
+        if (d.stride < span)
+            throw ArgumentError(name, fmt::format("strides (batch {}, seq {}, head {}) make output elements overlap "
+                                                  "for [batch {}, seq {}, heads {}, dim {}]",
+                                                  t.batch_stride, t.seq_stride, t.head_stride, batch, seqlen, heads,
+                                                  dim));
+        span = d.stride * d.extent;
+    }
+}
+
+}  // namespace
+
+void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
+    if (a.batch < 1 || a.batch > 65535)
+        throw ArgumentError("batch", fmt::format("{} is out of range; allowed 1..65535", a.batch));
+    if (a.seqlen_q < 1) throw ArgumentError("seqlen_q", fmt::format("{} is out of range; allowed >= 1", a.seqlen_q));
+    if (a.seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", a.seqlen_k));
+    check_tensor("q", a.q, p.vec_qk, false, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_qk);
+    check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
+    check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);
+    check_tensor("o", a.o, p.vec_v, true, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_v);
+    if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
+        throw ArgumentError("lse", "must be 4-byte aligned (float32)");
+}
+
+TensorArg ForwardArgs::contiguous(const void* ptr, int seqlen, int heads, int dim) {
+    TensorArg t;
+    t.ptr = ptr;
+    t.head_stride = dim;
+    t.seq_stride = std::int64_t(heads) * dim;
+    t.batch_stride = std::int64_t(seqlen) * heads * dim;
+    return t;
+}
+
+void Kernel::forward(const ForwardArgs& a, void* stream) const {
+    if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
+    const Impl& k = *impl_;
+    validate_forward_args(k.plan, k.config, a);
+
+    FwdParams prm{};
+    prm.q = a.q.ptr;
+    prm.k = a.k.ptr;
+    prm.v = a.v.ptr;
+    prm.o = const_cast<void*>(a.o.ptr);
+    prm.lse = a.lse;
+    prm.q_batch_stride = a.q.batch_stride, prm.q_seq_stride = a.q.seq_stride, prm.q_head_stride = a.q.head_stride;
+    prm.k_batch_stride = a.k.batch_stride, prm.k_seq_stride = a.k.seq_stride, prm.k_head_stride = a.k.head_stride;
+    prm.v_batch_stride = a.v.batch_stride, prm.v_seq_stride = a.v.seq_stride, prm.v_head_stride = a.v.head_stride;
+    prm.o_batch_stride = a.o.batch_stride, prm.o_seq_stride = a.o.seq_stride, prm.o_head_stride = a.o.head_stride;
+    prm.seqlen_q = a.seqlen_q;
+    prm.seqlen_k = a.seqlen_k;
+    prm.heads_q = k.config.num_heads_q;
+    prm.q_per_kv = k.config.num_heads_q / k.config.num_heads_kv;
+    prm.scale = float(k.config.scale());
+    prm.scale_log2 = float(k.config.scale() * 1.4426950408889634);
+
+    void* params[] = {&prm};
+    const unsigned grid_x = unsigned((a.seqlen_q + k.plan.block_m - 1) / k.plan.block_m);
+    driver::check(driver::api().cuLaunchKernel(k.module->function, grid_x, unsigned(k.config.num_heads_q),
+                                               unsigned(a.batch), unsigned(k.plan.threads()), 1, 1,
+                                               unsigned(k.plan.smem_bytes), static_cast<CUstream>(stream), params,
+                                               nullptr),
+                  "cuLaunchKernel");
+}
+
+const AttentionConfig& Kernel::config() const {
+    if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
+    return impl_->config;
+}
+
+const KernelInfo& Kernel::info() const {
+    if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
+    return impl_->info;
+}
+
+}  // namespace rtattn

@@ -1,0 +1,206 @@
+// Runtime: the one place where the stages meet. config -> plan -> render -> key -> cache(compile) -> load.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <semaphore>
+#include <thread>
+
+#include "api/kernel_impl.hpp"
+#include "api/runtime_internal.hpp"
+#include "cache/cache.hpp"
+#include "compile/compile.hpp"
+#include "render/render.hpp"
+#include "rtattn/errors.hpp"
+#include "util/sha256.hpp"
+
+namespace rtattn {
+
+const char* version() noexcept { return RTATTN_VERSION; }
+
+std::string cache_key(const render::RenderedSource& src, const std::string& arch) {
+    // Everything that can change the cubin: the exact source, options, compiler, target, library and format.
+    util::Sha256 h;
+    h.field("rtattn-cache-key")
+        .field(src.full_text())
+        .field(compile::join_options(compile::options_for(arch)))
+        .field(compile::nvrtc_version())
+        .field(arch)
+        .field(RTATTN_VERSION)
+        .field(std::to_string(cache::kFormatVersion));
+    return util::to_hex(h.finish());
+}
+
+std::string plan_json(const plan::KernelPlan& p) {
+    nlohmann::ordered_json j;
+    j["pad_qk"] = p.pad_qk;
+    j["pad_v"] = p.pad_v;
+    j["block_m"] = p.block_m;
+    j["block_n"] = p.block_n;
+    j["warps"] = p.warps;
+    j["m_tiles"] = p.m_tiles;
+    j["stages"] = p.stages;
+    j["q_in_regs"] = p.q_in_regs;
+    j["smem_bytes"] = p.smem_bytes;
+    j["useful_flop_fraction"] = p.useful_flop_fraction();
+    j["reason"] = p.reason;
+    return j.dump();
+}
+
+bool arch_runs_on(const std::string& arch, const driver::DeviceInfo& dev) {
+    const auto& ai = plan::arch_info(arch);
+    const int major = ai.sm / 10, minor = ai.sm % 10;
+    if (arch.back() == 'a') return dev.cc_major == major && dev.cc_minor == minor;  // arch-specific features
+    return dev.cc_major == major && dev.cc_minor >= minor;  // SASS runs on later minors of the same major
+}
+
+struct Runtime::Impl {
+    RuntimeOptions options;
+    util::Logger log;
+    cache::KernelCache cache;
+    std::counting_semaphore<64> compile_slots;
+    std::mutex modules_mu;
+    std::map<std::pair<CUcontext, std::string>, std::shared_ptr<driver::Module>> modules;
+
+    static int slots(const RuntimeOptions& o) {
+        int n = o.max_concurrent_compiles;
+        if (n <= 0) n = std::clamp(int(std::thread::hardware_concurrency()), 1, 8);
+        return std::min(n, 64);
+    }
+
+    explicit Impl(RuntimeOptions o)
+        : options(std::move(o)),
+          log(options.log_level, options.log_sink),
+          cache(options.cache_dir, options.max_cache_bytes, log),
+          compile_slots(slots(options)) {}
+
+    struct Resolved {
+        AttentionConfig config;
+        plan::KernelPlan plan;
+        render::RenderedSource source;
+        std::string key;
+    };
+
+    Resolved resolve(AttentionConfig c) {
+        c.validate();
+        if (c.arch.empty()) {
+            if (!driver::gpu_available())
+                throw ConfigError("arch", "is empty (meaning: the current device), but no GPU is available; give an "
+                                          "explicit arch (" + known_archs() + ") to precompile without one");
+            const auto dev = driver::current_device();
+            c.arch = dev.arch();
+            if (!is_known_arch(c.arch))
+                throw ConfigError("arch", fmt::format("device {} is {}, which rtattn does not support; supported: {}",
+                                                      dev.name, c.arch, known_archs()));
+        }
+        Resolved r;
+        r.plan = plan::plan(c);
+        r.source = render::render(r.plan);
+        r.key = cache_key(r.source, c.arch);
+        r.config = std::move(c);
+        return r;
+    }
+
+    std::shared_ptr<const cache::Entry> fetch(const Resolved& r, cache::Source* source) {
+        cache::KernelCache::Builder build;
+        if (options.mode == CacheMode::jit) {
+            build = [&]() {
+                compile_slots.acquire();
+                struct Release {
+                    std::counting_semaphore<64>& s;
+                    ~Release() { s.release(); }
+                } release{compile_slots};
+                log.info(fmt::format("compiling {} (key {})", r.config.describe(), r.key.substr(0, 12)));
+                const auto out = compile::compile(r.source, r.config.arch);
+                if (out.ptxas.spill_store_bytes > 0)
+                    log.warn(fmt::format("{}: ptxas reports {} bytes of spill stores", r.config.describe(),
+                                         out.ptxas.spill_store_bytes));
+                nlohmann::ordered_json info;
+                info["config"] = nlohmann::json::parse(r.config.to_json());
+                info["plan"] = nlohmann::json::parse(plan_json(r.plan));
+                info["registers"] = out.ptxas.registers;
+                info["spill_bytes"] = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
+                info["compile_seconds"] = out.seconds;
+                info["nvrtc"] = compile::nvrtc_version();
+                info["library"] = RTATTN_VERSION;
+                return cache::Entry{r.key, r.config.arch, out.cubin, info.dump()};
+            };
+        }
+        return cache.get(r.key, r.config.arch, build, r.config.describe(), source);
+    }
+
+    KernelInfo make_info(const Resolved& r, const cache::Entry& e, cache::Source source) const {
+        KernelInfo info;
+        info.key = r.key;
+        info.arch = r.config.arch;
+        info.plan = r.plan.summary();
+        info.from_cache = source != cache::Source::compiled;
+        try {
+            const auto j = nlohmann::json::parse(e.info_json);
+            info.registers = j.value("registers", -1);
+            info.spill_bytes = j.value("spill_bytes", -1);
+        } catch (const nlohmann::json::exception&) {
+            // Info is descriptive only; a verified entry with odd JSON still has a valid cubin.
+        }
+        return info;
+    }
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Runtime::~Runtime() = default;
+
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+
+KernelInfo Runtime::precompile(const AttentionConfig& config) {
+    const auto r = impl_->resolve(config);
+    cache::Source source{};
+    const auto entry = impl_->fetch(r, &source);
+    return impl_->make_info(r, *entry, source);
+}
+
+Kernel Runtime::get(const AttentionConfig& config) {
+    auto r = impl_->resolve(config);
+    const auto dev = driver::current_device();
+    if (!arch_runs_on(r.config.arch, dev))
+        throw ConfigError("arch", fmt::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
+                                              "arch empty",
+                                              r.config.arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
+    if (r.plan.smem_bytes > dev.smem_optin)
+        throw ConfigError("arch", fmt::format("the plan needs {} B of shared memory; {} allows {} B per block",
+                                              r.plan.smem_bytes, dev.name, dev.smem_optin));
+    cache::Source source{};
+    const auto entry = impl_->fetch(r, &source);
+
+    auto impl = std::make_shared<Kernel::Impl>();
+    {
+        std::lock_guard<std::mutex> lock(impl_->modules_mu);
+        auto& m = impl_->modules[{dev.context, r.key}];
+        if (!m) m = driver::load(entry->cubin, render::kEntryName, r.plan.smem_bytes);
+        impl->module = m;
+    }
+    impl->info = impl_->make_info(r, *entry, source);
+    impl->config = std::move(r.config);
+    impl->plan = std::move(r.plan);
+    return Kernel(std::move(impl));
+}
+
+CacheStats Runtime::stats() const {
+    const auto c = impl_->cache.counters();
+    CacheStats s;
+    s.memory_hits = c.memory_hits;
+    s.disk_hits = c.disk_hits;
+    s.misses = c.misses;
+    s.compiles = c.compiles;
+    s.compile_seconds = c.compile_seconds;
+    s.bad_entries = c.bad_entries;
+    s.bytes_written = c.bytes_written;
+    s.evictions = impl_->cache.disk().evictions();
+    s.disk_enabled = impl_->cache.disk().enabled();
+    s.disk_bytes = s.disk_enabled ? impl_->cache.disk().total_bytes() : 0;
+    s.dir = impl_->cache.disk().dir();
+    return s;
+}
+
+}  // namespace rtattn

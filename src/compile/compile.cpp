@@ -1,0 +1,97 @@
+#include "compile/compile.hpp"
+
+#include <fmt/format.h>
+#include <nvrtc.h>
+
+#include <chrono>
+#include <regex>
+
+#include "rtattn/errors.hpp"
+
+namespace rtattn::compile {
+
+namespace {
+
+void check(nvrtcResult r, const char* call) {
+    if (r != NVRTC_SUCCESS) throw Error(fmt::format("{} failed: {}", call, nvrtcGetErrorString(r)));
+}
+
+struct Program {
+    nvrtcProgram p = nullptr;
+    ~Program() {
+        if (p) nvrtcDestroyProgram(&p);
+    }
+};
+
+}  // namespace
+
+std::vector<std::string> options_for(const std::string& arch) {
+    // -std=c++17: the templates use if constexpr. --ptxas-options=-v: registers and spills land in the log, so
+    // every compile reports them. No include paths: the templates need no toolkit headers.
+    return {"--gpu-architecture=" + arch, "-std=c++17", "--ptxas-options=-v", "-default-device"};
+}
+
+std::string join_options(const std::vector<std::string>& opts) {
+    return fmt::format("{}", fmt::join(opts, " "));
+}
+
+std::string nvrtc_version() {
+    int major = 0, minor = 0;
+    check(nvrtcVersion(&major, &minor), "nvrtcVersion");
+    return fmt::format("{}.{}", major, minor);
+}
+
+PtxasReport parse_ptxas(const std::string& log, const std::string& entry) {
+    PtxasReport r;
+    // ptxas prints a "Function properties for <entry>" block, then "Used N registers".
+    const auto at = log.find("for " + entry);
+    const std::string tail = at == std::string::npos ? log : log.substr(at);
+    std::smatch m;
+    if (std::regex_search(tail, m, std::regex(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
+        r.stack_bytes = std::stoi(m[1]);
+        r.spill_store_bytes = std::stoi(m[2]);
+        r.spill_load_bytes = std::stoi(m[3]);
+    }
+    if (std::regex_search(tail, m, std::regex(R"(Used (\d+) registers)"))) r.registers = std::stoi(m[1]);
+    if (std::regex_search(tail, m, std::regex(R"(used (\d+) barriers)"))) r.barriers = std::stoi(m[1]);
+    return r;
+}
+
+Compiled compile(const render::RenderedSource& src, const std::string& arch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto opts = options_for(arch);
+    Compiled out;
+    out.options = join_options(opts);
+
+    std::vector<const char*> header_texts, header_names, opt_ptrs;
+    for (const auto& h : src.headers) {
+        header_texts.push_back(h.text.c_str());
+        header_names.push_back(h.name.c_str());
+    }
+    for (const auto& o : opts) opt_ptrs.push_back(o.c_str());
+
+    Program prog;
+    check(nvrtcCreateProgram(&prog.p, src.stub.c_str(), src.name.c_str(), int(header_texts.size()),
+                             header_texts.data(), header_names.data()),
+          "nvrtcCreateProgram");
+    const nvrtcResult result = nvrtcCompileProgram(prog.p, int(opt_ptrs.size()), opt_ptrs.data());
+    size_t log_size = 0;
+    nvrtcGetProgramLogSize(prog.p, &log_size);
+    out.log.resize(log_size);
+    if (log_size) nvrtcGetProgramLog(prog.p, out.log.data());
+    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
+    if (result != NVRTC_SUCCESS)
+        throw CompileError(fmt::format("NVRTC could not compile {} for {}: {}", src.name, arch,
+                                       nvrtcGetErrorString(result)),
+                           out.log, out.options, src.full_text());
+
+    size_t cubin_size = 0;
+    check(nvrtcGetCUBINSize(prog.p, &cubin_size), "nvrtcGetCUBINSize");
+    out.cubin.resize(cubin_size);
+    check(nvrtcGetCUBIN(prog.p, out.cubin.data()), "nvrtcGetCUBIN");
+    out.ptxas = parse_ptxas(out.log, src.entry);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+}
+
+}  // namespace rtattn::compile

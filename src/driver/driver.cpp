@@ -1,0 +1,177 @@
+#include "driver/driver.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "rtattn/errors.hpp"
+
+namespace rtattn::driver {
+
+namespace {
+
+using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+Api load_api() {
+    // dlopen only: linking libcuda would make the library unloadable on driverless build and CI machines.
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* why = dlerror();
+        throw CudaError("dlopen(libcuda.so.1)", CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE",
+                        fmt::format("no CUDA driver on this machine ({}); a GPU is needed to run kernels, but "
+                                    "`rtattn precompile` works without one",
+                                    why ? why : "not found"));
+    }
+    auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
+    if (!get_proc)
+        throw CudaError("dlsym(cuGetProcAddress_v2)", CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND",
+                        "the CUDA driver is older than 12.0; rtattn needs a driver for CUDA 12 or newer");
+    Api api;
+    auto resolve = [&](const char* name, void** slot) {
+        CUdriverProcAddressQueryResult status{};
+        const CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+        if (r != CUDA_SUCCESS || !*slot)
+            throw CudaError(fmt::format("cuGetProcAddress({})", name), int(r), "CUDA_ERROR_NOT_FOUND",
+                            fmt::format("the driver lacks {} for CUDA {}.{} (status {})", name, CUDA_VERSION / 1000,
+                                        CUDA_VERSION % 1000 / 10, int(status)));
+    };
+    // cuda.h maps some names to versioned symbols; look each up by the base name the API version resolves.
+#define RTATTN_RESOLVE(name)                                                                        \
+    resolve(std::strcmp(#name, "cuGraphInstantiate") == 0 ? "cuGraphInstantiateWithFlags" : #name, \
+            reinterpret_cast<void**>(&api.name));
+    RTATTN_DRIVER_FUNCTIONS(RTATTN_RESOLVE)
+#undef RTATTN_RESOLVE
+    return api;
+}
+
+}  // namespace
+
+const Api& api() {
+    // A failed load is retried on the next call (the error is rethrown each time, never cached as success).
+    static std::mutex mu;
+    static std::unique_ptr<Api> table;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!table) {
+        Api loaded = load_api();
+        const CUresult r = loaded.cuInit(0);
+        if (r != CUDA_SUCCESS) {
+            const char* name = nullptr;
+            loaded.cuGetErrorName(r, &name);
+            throw CudaError("cuInit", int(r), name ? name : "?",
+                            r == CUDA_ERROR_NO_DEVICE ? "the driver found no GPU" : "the driver failed to start");
+        }
+        table = std::make_unique<Api>(loaded);
+    }
+    return *table;
+}
+
+void check(CUresult r, const char* call) {
+    if (r == CUDA_SUCCESS) return;
+    const Api& a = api();
+    const char* name = nullptr;
+    const char* msg = nullptr;
+    a.cuGetErrorName(r, &name);
+    a.cuGetErrorString(r, &msg);
+    throw CudaError(call, int(r), name ? name : "unknown", msg ? msg : "no description");
+}
+
+bool gpu_available() {
+    try {
+        int n = 0;
+        return api().cuDeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+std::string DeviceInfo::arch() const {
+    // sm_90a unlocks Hopper-only instructions; the "a" cubin runs only on 9.0 parts, which is what we are on.
+    if (cc_major == 9 && cc_minor == 0) return "sm_90a";
+    return fmt::format("sm_{}{}", cc_major, cc_minor);
+}
+
+DeviceInfo current_device() {
+    const Api& a = api();
+    DeviceInfo d;
+    check(a.cuCtxGetCurrent(&d.context), "cuCtxGetCurrent");
+    if (!d.context) {
+        int count = 0;
+        check(a.cuDeviceGetCount(&count), "cuDeviceGetCount");
+        if (count == 0) throw CudaError("cuDeviceGetCount", CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no GPU");
+        CUdevice dev;
+        check(a.cuDeviceGet(&dev, 0), "cuDeviceGet");
+        check(a.cuDevicePrimaryCtxRetain(&d.context, dev), "cuDevicePrimaryCtxRetain");
+        check(a.cuCtxSetCurrent(d.context), "cuCtxSetCurrent");
+    }
+    check(a.cuCtxGetDevice(&d.device), "cuCtxGetDevice");
+    char name[256] = {};
+    check(a.cuDeviceGetName(name, sizeof name, d.device), "cuDeviceGetName");
+    d.name = name;
+    auto attr = [&](CUdevice_attribute at) {
+        int v = 0;
+        check(a.cuDeviceGetAttribute(&v, at, d.device), "cuDeviceGetAttribute");
+        return v;
+    };
+    d.cc_major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    d.cc_minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    d.sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    d.smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    check(a.cuDriverGetVersion(&d.driver_version), "cuDriverGetVersion");
+    return d;
+}
+
+Module::~Module() {
+    if (module) api().cuModuleUnload(module);  // errors ignored: the context may already be gone at exit
+}
+
+std::shared_ptr<Module> load(const std::string& cubin, const char* entry, int smem_bytes) {
+    const Api& a = api();
+    auto m = std::make_shared<Module>();
+    check(a.cuCtxGetCurrent(&m->context), "cuCtxGetCurrent");
+    check(a.cuModuleLoadData(&m->module, cubin.data()), "cuModuleLoadData");
+    check(a.cuModuleGetFunction(&m->function, m->module, entry), "cuModuleGetFunction");
+    if (smem_bytes > 48 * 1024)
+        check(a.cuFuncSetAttribute(m->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    return m;
+}
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    check(api().cuMemAlloc(&ptr_, bytes ? bytes : 1), "cuMemAlloc");
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (ptr_) api().cuMemFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+        if (ptr_) api().cuMemFree(ptr_);
+        ptr_ = o.ptr_;
+        bytes_ = o.bytes_;
+        o.ptr_ = 0;
+        o.bytes_ = 0;
+    }
+    return *this;
+}
+
+void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) {
+    check(api().cuMemcpyHtoD(ptr_ + offset, host, bytes), "cuMemcpyHtoD");
+}
+
+void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
+    check(api().cuMemcpyDtoH(host, ptr_ + offset, bytes), "cuMemcpyDtoH");
+}
+
+void DeviceBuffer::fill_u16(unsigned short value) { check(api().cuMemsetD16(ptr_, value, bytes_ / 2), "cuMemsetD16"); }
+void DeviceBuffer::fill_u32(unsigned value) { check(api().cuMemsetD32(ptr_, value, bytes_ / 4), "cuMemsetD32"); }
+
+Stream::Stream() { check(api().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
+Stream::~Stream() {
+    if (s_) api().cuStreamDestroy(s_);
+}
+void Stream::sync() const { check(api().cuStreamSynchronize(s_), "cuStreamSynchronize"); }
+
+}  // namespace rtattn::driver

@@ -1,0 +1,132 @@
+#include "plan/plan.hpp"
+
+#include <fmt/format.h>
+
+#include "rtattn/errors.hpp"
+
+namespace rtattn::plan {
+
+namespace {
+
+constexpr ArchInfo kArchTable[] = {
+    {"sm_80", 80, 163 * 1024},   // A100: 164 KB per SM, 163 KB per block
+    {"sm_86", 86, 99 * 1024},    // GA10x: 100 KB per SM
+    {"sm_89", 89, 99 * 1024},    // Ada
+    {"sm_90", 90, 227 * 1024},   // H100/H200: 228 KB per SM
+    {"sm_90a", 90, 227 * 1024},
+};
+
+// The tile table. A row serves padded head dims up to `max_pad_qk` (the larger of the QK and V pads decides).
+struct TileRow {
+    int max_pad;     // largest padded head dim this row serves
+    int block_m;     // query rows per CTA = warps * m_tiles * 16
+    int block_n;     // keys per K/V tile
+    int warps;
+    int m_tiles;     // 16-row MMA tiles per warp: more tiles reuse each K/V fragment, at a register cost
+    int stages;      // K/V cp.async ring depth
+    bool q_in_regs;  // Q fragments loaded once into registers (vs. re-read from shared memory every K tile)
+    const char* why;
+};
+
+constexpr TileRow kTiles[] = {
+    {64, 128, 64, 4, 2, 2, true,
+     "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
+    {128, 128, 64, 8, 1, 2, true,
+     "d<=128: 8 warps x 16 rows keep O (64 fp32/thread) and Q fragments in registers without spills"},
+    {192, 128, 64, 8, 1, 2, false,
+     "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
+    {256, 64, 64, 4, 1, 2, false,
+     "d<=256: O needs 128 fp32/thread; 64x64 tiles with 4 warps (FA2's d256 shape) keep it spill-free"},
+};
+
+constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+int vec_for(int d) {
+    for (int v : {8, 4, 2}) if (d % v == 0) return v;
+    return 1;
+}
+
+// Mirrors FwdShape::stride_for: an odd number of 16-byte chunks per shared-memory row.
+constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
+
+}  // namespace
+
+const ArchInfo& arch_info(const std::string& arch) {
+    for (const auto& a : kArchTable)
+        if (arch == a.name) return a;
+    throw ConfigError("arch", fmt::format("'{}' cannot be planned; supported: {}", arch, known_archs()));
+}
+
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
+    const int sqk = smem_stride(pad_qk), sv = smem_stride(pad_v);
+    const int main_elems = block_m * sqk + stages * block_n * (sqk + sv);
+    const int o_elems = block_m * sv;
+    return 2 * (main_elems > o_elems ? main_elems : o_elems);
+}
+
+KernelPlan plan(const AttentionConfig& c) {
+    c.validate();
+    if (c.arch.empty()) throw ConfigError("arch", "must be resolved to a concrete arch before planning");
+    const ArchInfo& ai = arch_info(c.arch);
+
+    KernelPlan p;
+    p.head_dim_qk = c.head_dim_qk;
+    p.head_dim_v = c.dv();
+    p.pad_qk = round_up(p.head_dim_qk, 16);
+    p.pad_v = round_up(p.head_dim_v, 8);
+    p.bf16 = c.dtype == Dtype::bf16;
+    p.causal = c.causal;
+    p.arch = c.arch;
+    p.vec_qk = vec_for(p.head_dim_qk);
+    p.vec_v = vec_for(p.head_dim_v);
+
+    const int widest = std::max(p.pad_qk, p.pad_v);
+    const TileRow* row = nullptr;
+    for (const auto& r : kTiles)
+        if (widest <= r.max_pad) {
+            row = &r;
+            break;
+        }
+    if (!row)
+        throw ConfigError("head_dim_qk", fmt::format("padded width {} has no tile row; allowed head dims 1..{}",
+                                                     widest, AttentionConfig::kMaxHeadDim));
+    p.block_m = row->block_m;
+    p.block_n = row->block_n;
+    p.warps = row->warps;
+    p.m_tiles = row->m_tiles;
+    p.stages = row->stages;
+    p.q_in_regs = row->q_in_regs;
+    p.reason = row->why;
+
+    // Arches with less shared memory: give up pipeline depth first (latency hiding), then key-tile width.
+    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
+    while (p.smem_bytes > ai.smem_optin) {
+        if (p.stages > 1)
+            --p.stages;
+        else if (p.block_n > 16)
+            p.block_n /= 2;
+        else
+            throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; d{}/{} needs {} B",
+                                                  ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
+        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
+        p.reason += fmt::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
+                                ai.smem_optin / 1024);
+    }
+    return p;
+}
+
+PlanSummary KernelPlan::summary() const {
+    PlanSummary s;
+    s.padded_qk = pad_qk;
+    s.padded_v = pad_v;
+    s.block_m = block_m;
+    s.block_n = block_n;
+    s.warps = warps;
+    s.stages = stages;
+    s.smem_bytes = smem_bytes;
+    s.useful_flop_fraction = useful_flop_fraction();
+    s.reason = reason;
+    return s;
+}
+
+}  // namespace rtattn::plan

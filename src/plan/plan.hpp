@@ -1,0 +1,48 @@
+// plan(): the one place that decides whether a config is supported and with which tiles. Pure: no CUDA.
+#pragma once
+#include <string>
+
+#include "rtattn/config.hpp"
+#include "rtattn/runtime.hpp"
+
+namespace rtattn::plan {
+
+struct ArchInfo {
+    const char* name;     // "sm_90a"
+    int sm;               // 80, 86, 89, 90
+    int smem_optin;       // max dynamic shared memory per block after cuFuncSetAttribute
+};
+// Throws ConfigError("arch", ...) for an unknown or empty arch.
+const ArchInfo& arch_info(const std::string& arch);
+
+struct KernelPlan {
+    // What is computed.
+    int head_dim_qk = 0, head_dim_v = 0;
+    int pad_qk = 0;       // head_dim_qk rounded up to 16: the k of mma.m16n8k16 in QK^T
+    int pad_v = 0;        // head_dim_v rounded up to 8: the n of mma.m16n8k16 in PV
+    bool bf16 = true, causal = false;
+    std::string arch;
+    // How: one row of the tile table, possibly stepped down to fit the arch's shared memory.
+    int block_m = 0, block_n = 0, warps = 0, m_tiles = 0, stages = 0;
+    bool q_in_regs = false;
+    int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
+    int smem_bytes = 0;
+    int threads() const { return warps * 32; }
+    std::string reason;
+
+    // Useful / issued MMA FLOPs per (query, key) pair: the cost of padding the head dims.
+    double useful_flop_fraction() const {
+        return double(head_dim_qk + head_dim_v) / double(pad_qk + pad_v);
+    }
+    PlanSummary summary() const;
+};
+
+// config.arch must be non-empty (the Runtime resolves "current device" before planning).
+// Throws ConfigError when the config is invalid or the plan cannot serve it; support and dispatch are one function.
+KernelPlan plan(const AttentionConfig& config);
+
+// Shared memory the kernel template will declare for these tiles (mirrors FwdShape in templates/rtattn_fwd.cuh;
+// the rendered stub static_asserts the two agree).
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages);
+
+}  // namespace rtattn::plan
