@@ -1,0 +1,134 @@
+// AttentionConfig: every validation path names its field; JSON round-trips exactly.
+#include "catch.hpp"
+#include "rtattn/rtattn.hpp"
+
+using rtattn::AttentionConfig;
+using rtattn::ConfigError;
+
+namespace {
+
+// Expects validate() to throw a ConfigError for `field` whose message mentions `needle`.
+void expect_field_error(const AttentionConfig& c, const std::string& field, const std::string& needle) {
+    try {
+        c.validate();
+        FAIL("expected ConfigError for " << field);
+    } catch (const ConfigError& e) {
+        CHECK(e.field() == field);
+        CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("defaults are valid", "[config]") {
+    AttentionConfig c;
+    REQUIRE_NOTHROW(c.validate());
+    CHECK(c.dv() == 128);
+    CHECK(c.scale() == Approx(1.0 / std::sqrt(128.0)));
+}
+
+TEST_CASE("head dims outside 1..256 are refused with the range", "[config]") {
+    AttentionConfig c;
+    for (int d : {0, -1, 257, 100000}) {
+        c.head_dim_qk = d;
+        expect_field_error(c, "head_dim_qk", "1..256");
+    }
+    c.head_dim_qk = 128;
+    c.head_dim_v = 0;
+    expect_field_error(c, "head_dim_v", "1..256");
+    c.head_dim_v = 257;
+    expect_field_error(c, "head_dim_v", "1..256");
+    for (int d : {1, 17, 132, 255, 256}) {
+        c.head_dim_qk = d;
+        c.head_dim_v = d;
+        CHECK_NOTHROW(c.validate());
+    }
+}
+
+TEST_CASE("head counts must divide", "[config]") {
+    AttentionConfig c;
+    c.num_heads_q = 0;
+    expect_field_error(c, "num_heads_q", "out of range");
+    c.num_heads_q = 32;
+    c.num_heads_kv = 0;
+    expect_field_error(c, "num_heads_kv", "out of range");
+    c.num_heads_kv = 64;
+    expect_field_error(c, "num_heads_kv", "out of range");
+    c.num_heads_kv = 6;
+    expect_field_error(c, "num_heads_kv", "multiple");
+    c.num_heads_kv = 8;
+    CHECK_NOTHROW(c.validate());
+    c.num_heads_kv = 1;  // MQA
+    CHECK_NOTHROW(c.validate());
+}
+
+TEST_CASE("softmax scale and arch are checked", "[config]") {
+    AttentionConfig c;
+    c.softmax_scale = 0.0;
+    expect_field_error(c, "softmax_scale", "> 0");
+    c.softmax_scale = -1.0;
+    expect_field_error(c, "softmax_scale", "> 0");
+    c.softmax_scale = std::numeric_limits<double>::infinity();
+    expect_field_error(c, "softmax_scale", "finite");
+    c.softmax_scale = 0.125;
+    CHECK(c.scale() == 0.125);
+    c.arch = "sm_75";
+    expect_field_error(c, "arch", "sm_90a");
+    c.arch = "sm_90a";
+    CHECK_NOTHROW(c.validate());
+}
+
+TEST_CASE("dtype names", "[config]") {
+    CHECK(rtattn::dtype_from_string("bf16") == rtattn::Dtype::bf16);
+    CHECK(rtattn::dtype_from_string("fp16") == rtattn::Dtype::fp16);
+    try {
+        rtattn::dtype_from_string("fp8");
+        FAIL("fp8 accepted");
+    } catch (const ConfigError& e) {
+        CHECK(e.field() == "dtype");
+        CHECK(std::string(e.what()).find("fp16, bf16") != std::string::npos);
+    }
+}
+
+TEST_CASE("JSON round trip is exact", "[config]") {
+    AttentionConfig a;
+    a.head_dim_qk = 192;
+    a.head_dim_v = 128;
+    a.dtype = rtattn::Dtype::fp16;
+    a.causal = true;
+    a.num_heads_q = 64;
+    a.num_heads_kv = 8;
+    a.softmax_scale = 0.1;
+    a.arch = "sm_90a";
+    CHECK(AttentionConfig::from_json(a.to_json()) == a);
+    AttentionConfig b;  // optional fields unset survive too
+    b.head_dim_qk = 132;
+    CHECK(AttentionConfig::from_json(b.to_json()) == b);
+    CHECK(b.to_json() == AttentionConfig::from_json(b.to_json()).to_json());
+}
+
+TEST_CASE("JSON errors name the field", "[config]") {
+    auto field_of = [](const std::string& json) -> std::string {
+        try {
+            AttentionConfig::from_json(json);
+        } catch (const ConfigError& e) {
+            return e.field();
+        }
+        return "<no error>";
+    };
+    CHECK(field_of("{") == "json");
+    CHECK(field_of("[1]") == "json");
+    CHECK(field_of(R"({"dtype":"bf16"})") == "head_dim_qk");
+    CHECK(field_of(R"({"head_dim":"64"})") == "head_dim");
+    CHECK(field_of(R"({"head_dim":64,"dtype":7})") == "dtype");
+    CHECK(field_of(R"({"head_dim":64,"causal":"yes"})") == "causal");
+    CHECK(field_of(R"({"head_dim":64,"heads":8})") == "heads");
+    CHECK(field_of(R"({"head_dim":300})") == "head_dim_qk");
+    CHECK(field_of(R"({"head_dim":64,"num_heads_q":8,"num_heads_kv":3})") == "num_heads_kv");
+    CHECK(field_of(R"({"head_dim":64,"arch":"sm_70"})") == "arch");
+    CHECK(field_of(R"({"head_dim":64,"softmax_scale":"x"})") == "softmax_scale");
+    CHECK(field_of(R"({"head_dim":99999999999})") == "head_dim");
+    const auto c = AttentionConfig::from_json(R"({"head_dim":80,"num_heads_q":32})");
+    CHECK(c.head_dim_qk == 80);
+    CHECK(c.num_heads_kv == 32);  // MHA unless told otherwise
+}

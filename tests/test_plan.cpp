@@ -1,0 +1,79 @@
+// The tile table: padding to the MMA shape, shared-memory budgets, and one answer for "supported?".
+#include "catch.hpp"
+#include "plan/plan.hpp"
+#include "rtattn/errors.hpp"
+
+using rtattn::AttentionConfig;
+using rtattn::plan::plan;
+
+namespace {
+AttentionConfig cfg(int d, const char* arch, int dv = 0) {
+    AttentionConfig c;
+    c.head_dim_qk = d;
+    if (dv) c.head_dim_v = dv;
+    c.arch = arch;
+    return c;
+}
+}  // namespace
+
+TEST_CASE("head dims pad to the MMA shape, not to a bucket", "[plan]") {
+    struct Case { int d, pad_qk, pad_v; };
+    for (auto [d, pq, pv] : {Case{1, 16, 8}, Case{17, 32, 24}, Case{132, 144, 136}, Case{255, 256, 256},
+                             Case{256, 256, 256}, Case{80, 80, 80}, Case{100, 112, 104}}) {
+        const auto p = plan(cfg(d, "sm_90a"));
+        CAPTURE(d);
+        CHECK(p.pad_qk == pq);
+        CHECK(p.pad_v == pv);
+    }
+    const auto p = plan(cfg(132, "sm_90a"));
+    CHECK(p.useful_flop_fraction() == Approx(264.0 / 280.0));
+}
+
+TEST_CASE("every head dim plans on every arch within its shared memory", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
+        const int limit = rtattn::plan::arch_info(arch).smem_optin;
+        for (int d = 1; d <= 256; ++d) {
+            CAPTURE(arch, d);
+            const auto p = plan(cfg(d, arch));
+            CHECK(p.smem_bytes <= limit);
+            CHECK(p.smem_bytes == rtattn::plan::smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages));
+            CHECK(p.block_m == p.warps * p.m_tiles * 16);
+            CHECK(p.block_n % 16 == 0);
+            CHECK(p.head_dim_qk % p.vec_qk == 0);
+            CHECK(p.head_dim_v % p.vec_v == 0);
+            CHECK(!p.reason.empty());
+        }
+    }
+}
+
+TEST_CASE("smaller shared memory steps the plan down and says so", "[plan]") {
+    const auto big = plan(cfg(256, "sm_90a"));
+    const auto small = plan(cfg(256, "sm_86"));
+    CHECK(big.stages == 2);
+    CHECK(small.smem_bytes <= 99 * 1024);
+    CHECK((small.stages < big.stages || small.block_n < big.block_n));
+    CHECK(small.reason.find("stepped down") != std::string::npos);
+}
+
+TEST_CASE("vector width follows head dim divisibility", "[plan]") {
+    CHECK(plan(cfg(128, "sm_80")).vec_qk == 8);
+    CHECK(plan(cfg(132, "sm_80")).vec_qk == 4);
+    CHECK(plan(cfg(130, "sm_80")).vec_qk == 2);
+    CHECK(plan(cfg(17, "sm_80")).vec_qk == 1);
+    CHECK(plan(cfg(192, "sm_80", 100)).vec_v == 4);
+}
+
+TEST_CASE("plan refuses what it cannot serve, naming the field", "[plan]") {
+    auto field_of = [](const AttentionConfig& c) -> std::string {
+        try {
+            plan(c);
+        } catch (const rtattn::ConfigError& e) {
+            return e.field();
+        }
+        return "<none>";
+    };
+    CHECK(field_of(cfg(0, "sm_90a")) == "head_dim_qk");
+    CHECK(field_of(cfg(257, "sm_90a")) == "head_dim_qk");
+    CHECK(field_of(cfg(128, "")) == "arch");
+    CHECK(field_of(cfg(128, "sm_100")) == "arch");
+}
