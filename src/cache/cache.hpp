@@ -10,6 +10,7 @@
 // Single flight: one build per key across threads (in-process) and processes (flock on the key's lock file; the
 // kernel drops a dead holder's flock, so stale locks cannot wedge anyone).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -90,11 +91,16 @@ public:
     std::string entry_path(const std::string& key) const;
 
 private:
+    void require_enabled(const char* op) const;
+    void evict_over_cap(const std::string& keep);
+    void discard_bad(const std::string& path, int fd, const std::string& problem);
+
     std::string dir_;      // <root>/v<format>
-    std::uint64_t max_bytes_;
+    std::uint64_t max_bytes_;  // 0: no cap
     util::Logger log_;
     bool enabled_ = false;
-    std::uint64_t evictions_ = 0;
+    std::string disabled_reason_;
+    std::atomic<std::uint64_t> evictions_{0};  // stores of different keys run on several threads at once
 };
 
 enum class Source { memory, disk, compiled };
@@ -122,6 +128,11 @@ public:
 
 private:
     struct Flight;
+    // The leader's work: disk, else (under the key's lock) disk again, else build and store.
+    Entry fetch(const std::string& key, const std::string& arch, const Builder& build, const std::string& what,
+                Source* source);
+    std::optional<Entry> load_counted(const std::string& key, const std::string& arch);
+
     DiskCache disk_;
     util::Logger log_;
     mutable std::mutex mu_;

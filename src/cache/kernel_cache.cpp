@@ -1,0 +1,148 @@
+// Memory tier + single flight in front of the disk tier.
+//
+// Every successful get counts exactly once as a memory hit, a disk hit or a miss. A thread that waited on
+// another thread's flight counts as a memory hit: it got the kernel from this process without touching disk.
+#include <chrono>
+#include <exception>
+#include <future>
+
+#include "cache/cache.hpp"
+#include "rtattn/errors.hpp"
+
+namespace rtattn::cache {
+
+// One in-progress lookup. The leader fulfils the promise; followers wait on the shared future, which hands all
+// of them the same entry or rethrows the same exception.
+struct KernelCache::Flight {
+    std::shared_future<std::shared_ptr<const Entry>> result;
+};
+
+namespace {
+
+// The key already hashes the arch; keying memory by both keeps a misuse from serving a foreign cubin.
+std::string memory_key(const std::string& key, const std::string& arch) { return key + '/' + arch; }
+
+std::string cache_miss_message(const std::string& what, const std::string& key, const std::string& arch,
+                               const DiskCache& disk) {
+    const std::string where = disk.enabled() ? disk.dir() : disk.dir() + " (disk cache disabled)";
+    return "cache_only mode: no cached kernel for " + what + " (key " + key + ", arch " + arch + ") in " + where +
+           "; precompile it with `rtattn precompile`";
+}
+
+}  // namespace
+
+KernelCache::KernelCache(std::string dir, std::uint64_t max_bytes, util::Logger log)
+    : disk_(std::move(dir), max_bytes, log), log_(std::move(log)) {}
+
+CacheCounters KernelCache::counters() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return counters_;
+}
+
+std::shared_ptr<const Entry> KernelCache::get(const std::string& key, const std::string& arch, const Builder& build,
+                                              const std::string& what, Source* source) {
+    const std::string mkey = memory_key(key, arch);
+    std::promise<std::shared_ptr<const Entry>> promise;
+    std::shared_future<std::shared_ptr<const Entry>> follow;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (auto it = memory_.find(mkey); it != memory_.end()) {
+            ++counters_.memory_hits;
+            if (source) *source = Source::memory;
+            return it->second;
+        }
+        if (auto it = flights_.find(mkey); it != flights_.end()) {
+            follow = it->second->result;
+        } else {
+            auto flight = std::make_shared<Flight>();
+            flight->result = promise.get_future().share();
+            flights_.emplace(mkey, std::move(flight));
+        }
+    }
+
+    if (follow.valid()) {
+        auto entry = follow.get();  // rethrows the leader's exception
+        std::lock_guard<std::mutex> g(mu_);
+        ++counters_.memory_hits;
+        if (source) *source = Source::memory;
+        return entry;
+    }
+
+    // Leader. The memory insert and the flight removal happen under one lock so a new caller always finds one.
+    try {
+        Source src = Source::compiled;
+        auto entry = std::make_shared<const Entry>(fetch(key, arch, build, what, &src));
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            memory_.emplace(mkey, entry);
+            flights_.erase(mkey);
+        }
+        promise.set_value(entry);
+        if (source) *source = src;
+        return entry;
+    } catch (...) {
+        // Failures are not cached: the next get starts a new flight and retries.
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            flights_.erase(mkey);
+        }
+        promise.set_exception(std::current_exception());
+        throw;
+    }
+}
+
+std::optional<Entry> KernelCache::load_counted(const std::string& key, const std::string& arch) {
+    bool bad = false;
+    auto entry = disk_.load(key, arch, &bad);
+    std::lock_guard<std::mutex> g(mu_);
+    if (bad) ++counters_.bad_entries;
+    if (entry) ++counters_.disk_hits;
+    return entry;
+}
+
+Entry KernelCache::fetch(const std::string& key, const std::string& arch, const Builder& build,
+                         const std::string& what, Source* source) {
+    *source = Source::disk;
+    if (auto entry = load_counted(key, arch)) return std::move(*entry);
+    if (!build) {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            ++counters_.misses;
+        }
+        throw CacheMissError(cache_miss_message(what, key, arch, disk_));
+    }
+
+    // Another process may be building the same key: wait for it, then its entry is a disk hit.
+    const DiskCache::KeyLock lock = disk_.lock(key);
+    if (auto entry = load_counted(key, arch)) return std::move(*entry);
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        ++counters_.misses;
+    }
+
+    const auto t0 = std::chrono::steady_clock::now();
+    Entry entry = build();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        ++counters_.compiles;
+        counters_.compile_seconds += seconds;
+    }
+    // The builder knows the key only through us; an entry for another key/arch would poison the cache.
+    if (entry.key.empty()) entry.key = key;
+    if (entry.arch.empty()) entry.arch = arch;
+    if (entry.key != key || entry.arch != arch)
+        throw CacheError("builder for " + what + " returned an entry for key " + entry.key + " arch " + entry.arch +
+                         ", expected key " + key + " arch " + arch);
+
+    const std::uint64_t written = disk_.store(entry);
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        counters_.bytes_written += written;
+    }
+    log_.debug("compiled " + what + " in " + std::to_string(seconds) + " s (key " + key + ")");
+    *source = Source::compiled;
+    return entry;
+}
+
+}  // namespace rtattn::cache
