@@ -29,6 +29,7 @@
 #include <fmt/ranges.h>
 
 #include "api/runtime_internal.hpp"
+#include "bench.hpp"
 #include "cache/cache.hpp"
 #include "compile/compile.hpp"
 #include "manifest.hpp"
@@ -809,6 +810,22 @@ int main(int argc, char** argv) {
     add_config_flags(info, info_flags, /*lists=*/false);
     info->add_flag("--json", info_json, "print JSON");
 
+    rtattn::tools::BenchOptions bench_opts;
+    std::vector<std::string> bench_causal;
+    auto* bench = app.add_subcommand("bench", "forward TFLOPS over a shape grid (needs a GPU), or JIT latency");
+    bench->add_option("--head-dims", bench_opts.head_dims, "head dims (comma separated)")->delimiter(',');
+    bench->add_option("--seqlens", bench_opts.seqlens, "sequence lengths; batch = tokens / seqlen")->delimiter(',');
+    bench->add_option("--dtype", bench_opts.dtypes, "bf16, fp16")->delimiter(',');
+    bench->add_option("--causal", bench_causal, "true, false or both (default both)")
+        ->check(CLI::IsMember({"true", "false", "both"}));
+    bench->add_option("--gqa", bench_opts.gqa, "q heads per kv head (default 1)")->check(CLI::Range(1, 64));
+    bench->add_option("--tokens", bench_opts.tokens, "batch * seqlen (default 16384)")->check(CLI::Range(1, 1 << 24));
+    bench->add_option("--reps", bench_opts.reps, "timed runs; the median is reported (default 30)")
+        ->check(CLI::Range(1, 10000));
+    bench->add_option("--json", bench_opts.json_path, "write the results as JSON to this file")->type_name("FILE");
+    bench->add_flag("--latency", bench_opts.latency,
+                    "JIT latency instead: cold compile, disk hit (fresh Runtime), in-memory hit");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -823,6 +840,12 @@ int main(int argc, char** argv) {
         if (clear->parsed()) return cmd_clear(g);
         if (render->parsed()) return cmd_render(render_flags.get(), render_verbose);
         if (info->parsed()) return cmd_info(g, info_flags.get(), info_json);
+        if (bench->parsed()) {
+            if (!bench_causal.empty() && bench_causal[0] != "both")
+                bench_opts.causal = {bench_causal[0] == "true"};
+            bench_opts.cache_dir = g.cache_dir;
+            return rtattn::tools::run_bench(bench_opts);
+        }
         return report_error("no command given", kUsage);
     } catch (const ConfigError& e) {
         return report_error(e.what(), kUsage);

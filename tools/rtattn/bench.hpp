@@ -1,0 +1,26 @@
+// `rtattn bench`: forward TFLOPS over a grid of shapes, and JIT latency figures.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace rtattn::tools {
+
+struct BenchOptions {
+    std::vector<int> head_dims = {64, 80, 96, 128, 132, 160, 192, 256};
+    std::vector<int> seqlens = {1024, 4096, 16384};
+    std::vector<bool> causal = {false, true};
+    std::vector<std::string> dtypes = {"bf16"};
+    int gqa = 1;               // q heads per kv head
+    int tokens = 16384;        // batch * seqlen (FlashAttention's benchmark convention)
+    int hidden = 2048;         // heads * head_dim, approximately
+    int warmup = 5;
+    int reps = 30;             // median of these
+    std::string json_path;     // write results here when set
+    std::string cache_dir;
+    bool latency = false;      // JIT latency mode instead of throughput
+};
+
+// Returns a process exit code; prints a table to stdout.
+int run_bench(const BenchOptions& o);
+
+}  // namespace rtattn::tools
