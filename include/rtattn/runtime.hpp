@@ -30,7 +30,7 @@ struct CacheStats {
     std::uint64_t disk_hits = 0;
     std::uint64_t misses = 0;
     std::uint64_t compiles = 0;
-    double compile_seconds = 0;
+    double compile_seconds = 0;          // NVRTC time, not counting waits for a compile slot
     std::uint64_t bad_entries = 0;       // corrupt entries found, removed and rebuilt
     std::uint64_t evictions = 0;
     std::uint64_t bytes_written = 0;
@@ -64,6 +64,7 @@ struct PlanSummary {
     int padded_qk = 0, padded_v = 0;   // head dims after padding to the MMA shape
     int block_m = 0, block_n = 0, warps = 0, stages = 0;
     int smem_bytes = 0;
+    int vec_qk = 0, vec_v = 0;         // elements per vector access: pointers and strides must be multiples
     double useful_flop_fraction = 0;  // useful / issued MMA FLOPs (padding waste)
     std::string reason;               // the plan table row's reason
 };

@@ -12,8 +12,6 @@ namespace rtattn::driver {
 
 namespace {
 
-using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-
 Api load_api() {
     // dlopen only: linking libcuda would make the library unloadable on driverless build and CI machines.
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -24,25 +22,22 @@ Api load_api() {
                                     "`rtattn precompile` works without one",
                                     why ? why : "not found"));
     }
-    auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
-    if (!get_proc)
-        throw CudaError("dlsym(cuGetProcAddress_v2)", CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND",
-                        "the CUDA driver is older than 12.0; rtattn needs a driver for CUDA 12 or newer");
     Api api;
-    auto resolve = [&](const char* name, void** slot) {
-        CUdriverProcAddressQueryResult status{};
-        const CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
-        if (r != CUDA_SUCCESS || !*slot)
-            throw CudaError(fmt::format("cuGetProcAddress({})", name), int(r), "CUDA_ERROR_NOT_FOUND",
-                            fmt::format("the driver lacks {} for CUDA {}.{} (status {})", name, CUDA_VERSION / 1000,
-                                        CUDA_VERSION % 1000 / 10, int(status)));
+    // Each entry is looked up by the exact symbol its cuda.h prototype names (cuMemAlloc -> cuMemAlloc_v2 through
+    // the header's macros). cuGetProcAddress with our CUDA_VERSION would instead hand back the newest variant,
+    // whose signature can differ from the declaration (cuCtxGetDevice -> cuCtxGetDevice_v2 takes a context).
+    auto resolve = [&](const char* symbol, void** slot) {
+        *slot = dlsym(lib, symbol);
+        if (!*slot)
+            throw CudaError(fmt::format("dlsym({})", symbol), CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND",
+                            fmt::format("the CUDA driver lacks {}; rtattn needs a driver for CUDA {}.{} or newer",
+                                        symbol, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
     };
-    // cuda.h maps some names to versioned symbols; look each up by the base name the API version resolves.
-#define RTATTN_RESOLVE(name)                                                                        \
-    resolve(std::strcmp(#name, "cuGraphInstantiate") == 0 ? "cuGraphInstantiateWithFlags" : #name, \
-            reinterpret_cast<void**>(&api.name));
+#define RTATTN_SYMBOL_NAME(name) #name
+#define RTATTN_RESOLVE(name) resolve(RTATTN_SYMBOL_NAME(name), reinterpret_cast<void**>(&api.name));
     RTATTN_DRIVER_FUNCTIONS(RTATTN_RESOLVE)
 #undef RTATTN_RESOLVE
+#undef RTATTN_SYMBOL_NAME
     return api;
 }
 
@@ -168,7 +163,10 @@ void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) c
 void DeviceBuffer::fill_u16(unsigned short value) { check(api().cuMemsetD16(ptr_, value, bytes_ / 2), "cuMemsetD16"); }
 void DeviceBuffer::fill_u32(unsigned value) { check(api().cuMemsetD32(ptr_, value, bytes_ / 4), "cuMemsetD32"); }
 
-Stream::Stream() { check(api().cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
+Stream::Stream() {
+    // Blocking with respect to the legacy stream, where DeviceBuffer copies run: work on it sees their results.
+    check(api().cuStreamCreate(&s_, CU_STREAM_DEFAULT), "cuStreamCreate");
+}
 Stream::~Stream() {
     if (s_) api().cuStreamDestroy(s_);
 }

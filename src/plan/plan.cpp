@@ -124,6 +124,8 @@ PlanSummary KernelPlan::summary() const {
     s.warps = warps;
     s.stages = stages;
     s.smem_bytes = smem_bytes;
+    s.vec_qk = vec_qk;
+    s.vec_v = vec_v;
     s.useful_flop_fraction = useful_flop_fraction();
     s.reason = reason;
     return s;
