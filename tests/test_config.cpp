@@ -1,4 +1,7 @@
 // AttentionConfig: every validation path names its field; JSON round-trips exactly.
+#include <cmath>
+#include <limits>
+
 #include "catch.hpp"
 #include "rtattn/rtattn.hpp"
 

@@ -168,6 +168,9 @@ std::string human_seconds(double s) {
     return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
 }
 
+// ptxas figures are -1 when the log had no report for the entry.
+std::string figure(int x, const char* unknown = "unknown") { return x < 0 ? unknown : std::to_string(x); }
+
 std::string human_age(std::int64_t unix_seconds) {
     const std::int64_t age = std::int64_t(std::time(nullptr)) - unix_seconds;
     if (age < 60) return "just now";
@@ -549,9 +552,8 @@ int cmd_ls(const GlobalOptions& g, bool as_json) {
     for (const auto& l : listings) {
         const EntryView v = view_of(l);
         const std::string config = l.ok ? v.config : "BAD: " + l.problem;
-        const auto figure = [](int x) { return x < 0 ? std::string("-") : std::to_string(x); };  // -1: unknown
         fmt::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", l.key.substr(0, 12), l.arch, config,
-                   human_bytes(l.size), human_age(l.last_use), figure(v.registers), figure(v.spill_bytes));
+                   human_bytes(l.size), human_age(l.last_use), figure(v.registers, "-"), figure(v.spill_bytes, "-"));
     }
     fmt::print("{} entries, {} in {}\n", listings.size(), human_bytes(total), disk->dir());
     return kOk;
@@ -618,8 +620,14 @@ int cmd_render(const ConfigFlags& flags, bool verbose) {
     fmt::print("// registers: {}\n// spill stores: {} bytes, spill loads: {} bytes\n// stack: {} bytes\n"
                "// barriers: {}\n// shared memory: {} bytes (dynamic)\n// compile: {:.3f} s (NVRTC {}, {} bytes of "
                "cubin)\n// options: {}\n",
-               r.registers, r.spill_store_bytes, r.spill_load_bytes, r.stack_bytes, r.barriers, p.smem_bytes,
-               out.seconds, rtattn::compile::nvrtc_version(), out.cubin.size(), out.options);
+               figure(r.registers), figure(r.spill_store_bytes), figure(r.spill_load_bytes), figure(r.stack_bytes),
+               figure(r.barriers), p.smem_bytes, out.seconds, rtattn::compile::nvrtc_version(), out.cubin.size(),
+               out.options);
+    if (r.registers < 0) {
+        std::string log = out.log.empty() ? "(empty)" : out.log;
+        for (auto at = log.find('\n'); at != std::string::npos; at = log.find('\n', at + 4)) log.replace(at, 1, "\n// ");
+        fmt::print("// the NVRTC log has no ptxas report for {}:\n// {}\n", src.entry, log);
+    }
     return kOk;
 }
 
