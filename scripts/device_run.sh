@@ -6,15 +6,16 @@ cd "$(dirname "$0")/.."
 what=${1:-all}
 out=${OUT:-device-out}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
 cmake --build build-dev -j16 -- -k >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
 export RTATTN_CACHE_DIR=$PWD/build-dev/cache
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  (cd build-dev && ctest --output-on-failure -j2 >"../$out/ctest.log" 2>&1) || rc=1
+  (cd build-dev && ctest --output-on-failure -j2 >"$out/ctest.log" 2>&1) || rc=1
   tail -25 "$out/ctest.log"
-  grep -E "matrix|SUMMARY|worst" build-dev/Testing/Temporary/LastTest.log | head -20
+  grep -iE "cases|worst|skipped" build-dev/Testing/Temporary/LastTest.log | head -30
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   build-dev/tools/rtattn bench --seqlens ${SEQS:-4096,16384} --json "$out/ours.json" 2>&1 | tee "$out/ours.txt"

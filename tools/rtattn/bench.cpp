@@ -175,6 +175,8 @@ int run_latency(const BenchOptions& o) {
             const auto t0 = Clock::now();
             gpu ? (void)rt.get(c) : (void)rt.precompile(c);
             cold = seconds_since(t0);
+            if (rt.stats().compiles != 1)
+                throw Error(fmt::format("latency: expected a cold compile in {}, found the kernel cached", dir));
         }
         {
             Runtime rt(ro);  // a fresh Runtime has an empty memory tier: this is a disk hit

@@ -625,7 +625,8 @@ int cmd_render(const ConfigFlags& flags, bool verbose) {
                out.options);
     if (r.registers < 0) {
         std::string log = out.log.empty() ? "(empty)" : out.log;
-        for (auto at = log.find('\n'); at != std::string::npos; at = log.find('\n', at + 4)) log.replace(at, 1, "\n// ");
+        for (auto at = log.find('\n'); at != std::string::npos; at = log.find('\n', at + 4))
+            log.replace(at, 1, "\n// ");  // keep the output a valid CUDA file
         fmt::print("// the NVRTC log has no ptxas report for {}:\n// {}\n", src.entry, log);
     }
     return kOk;
