@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "rtattn/errors.hpp"
 
 namespace rtattn::plan {
@@ -48,6 +51,25 @@ int vec_for(int d) {
 
 // Mirrors FwdShape::stride_for: an odd number of 16-byte chunks per shared-memory row.
 constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
+
+// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs" replaces the table row: a tuning knob for timing
+// variants without a rebuild. The rendered source (and so the cache key) carries the choice.
+void apply_tile_override(KernelPlan& p) {
+    const char* env = std::getenv("RTATTN_TILE");
+    if (!env || !*env) return;
+    int v[6];
+    if (std::sscanf(env, "%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
+        throw ConfigError("RTATTN_TILE", fmt::format("'{}' is not block_m,block_n,warps,m_tiles,stages,q_in_regs", env));
+    const auto [bm, bn, w, mt, st, qr] = v;
+    if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
+        throw ConfigError("RTATTN_TILE", fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
+                                                     bm, w, mt));
+    if (bn < 16 || bn > 256 || bn % 16 != 0)
+        throw ConfigError("RTATTN_TILE", fmt::format("block_n ({}) must be a multiple of 16 in 16..256", bn));
+    if (st < 1 || st > 3) throw ConfigError("RTATTN_TILE", fmt::format("stages ({}) must be 1..3", st));
+    p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
+    p.reason = fmt::format("RTATTN_TILE override ({})", env);
+}
 
 }  // namespace
 
@@ -97,6 +119,7 @@ KernelPlan plan(const AttentionConfig& c) {
     p.stages = row->stages;
     p.q_in_regs = row->q_in_regs;
     p.reason = row->why;
+    apply_tile_override(p);
 
     // Arches with less shared memory: give up pipeline depth first (latency hiding), then key-tile width.
     p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
