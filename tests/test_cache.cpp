@@ -528,6 +528,60 @@ TEST_CASE("a read-only parent directory disables the disk tier") {
     check_memory_only((locked / "cache").string());
 }
 
+// A cache baked into a read-only image: entries are served, nothing is written. The check runs in a child process
+// that, when we are root (who may write anywhere), drops to an unprivileged user first.
+TEST_CASE("a readable but unwritable cache dir serves its entries and writes nothing") {
+    TempDir tmp;
+    const std::string dir = (tmp.path() / "image-cache").string();
+    const Entry baked = make_entry("baked");
+    {
+        DiskCache writer(dir, kNoCap, util::Logger(rtattn::LogLevel::quiet, nullptr));
+        REQUIRE(writer.store(baked) > 0);
+    }
+    for (auto it = fs::recursive_directory_iterator(tmp.path()); it != fs::recursive_directory_iterator(); ++it)
+        fs::permissions(it->path(), it->is_directory() ? fs::perms(0555) : fs::perms(0444));
+    fs::permissions(tmp.path(), fs::perms(0755));
+
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        // Child: report failures through the exit status (no Catch2 assertions across fork).
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(90);
+        int failures = 0;
+        auto expect = [&](bool ok) { failures += ok ? 0 : 1; };
+        std::vector<std::string> warnings;
+        KernelCache kc(dir, kNoCap, util::Logger(rtattn::LogLevel::warn, [&](rtattn::LogLevel, const std::string& m) {
+                           warnings.push_back(m);
+                       }));
+        expect(kc.disk().enabled() && kc.disk().read_only());
+        expect(warnings.size() == 1 && warnings[0].find("read-only") != std::string::npos);
+        CountingBuilder unused{baked};
+        Source src = Source::compiled;
+        expect(kc.get(baked.key, baked.arch, unused.fn(), "baked", &src)->cubin == baked.cubin);
+        expect(src == Source::disk && *unused.calls == 0);
+        CountingBuilder fresh{make_entry("fresh")};
+        expect(kc.get(fresh.entry.key, fresh.entry.arch, fresh.fn(), "fresh", &src)->cubin == fresh.entry.cubin);
+        expect(src == Source::compiled && *fresh.calls == 1 && kc.counters().bytes_written == 0);
+        expect(!fs::exists(kc.disk().entry_path(fresh.entry.key)));
+        expect(kc.disk().list().size() == 1);
+        bool refused = false;
+        try {
+            kc.disk().clear();
+        } catch (const CacheError& e) {
+            refused = std::string(e.what()).find("read-only") != std::string::npos;
+        }
+        expect(refused);
+        ::_exit(failures);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    for (auto it = fs::recursive_directory_iterator(tmp.path()); it != fs::recursive_directory_iterator(); ++it)
+        fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(fs::exists(DiskCache(dir, kNoCap, util::Logger()).entry_path(baked.key)));
+}
+
 TEST_CASE("cache-only mode refuses to compile and names the request") {
     TempDir tmp;
     KernelCache kc(tmp.str(), kNoCap, util::Logger());

@@ -25,6 +25,7 @@ TEST_CASE("templates compile with 0 spills for the common head dims", "[compile]
             const bool causal = d % 64 != 0;
             const auto dt = (d / 32) % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16;
             const auto out = build(d, arch, dt, causal);
+            INFO("NVRTC log:\n" << out.log);
             CHECK(out.cubin.size() > 1000);
             CHECK(out.ptxas.registers > 0);
             CHECK(out.ptxas.registers <= 255);
@@ -39,6 +40,7 @@ TEST_CASE("odd and mixed head dims compile too", "[compile][nvrtc]") {
     for (auto [dq, dv] : {std::pair{1, 1}, {17, 17}, {100, 100}, {255, 255}, {192, 128}, {132, 100}}) {
         CAPTURE(dq, dv);
         const auto out = build(dq, "sm_90a", rtattn::Dtype::bf16, true, dv);
+        INFO("NVRTC log:\n" << out.log);
         CHECK(out.ptxas.spill_store_bytes == 0);
     }
 }

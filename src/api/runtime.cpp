@@ -85,8 +85,24 @@ struct Runtime::Impl {
         std::string key;
     };
 
-    Resolved resolve(AttentionConfig c) {
+    // get() on a hot path: plan + render + SHA-256 cost tens of microseconds, so each config resolves once.
+    std::mutex resolved_mu;
+    std::map<std::string, std::shared_ptr<const Resolved>> resolved;
+
+    std::shared_ptr<const Resolved> resolve(AttentionConfig c) {
         c.validate();
+        if (c.arch.empty() && driver::gpu_available()) c.arch = driver::current_device().arch();
+        const std::string memo_key = c.to_json();
+        {
+            std::lock_guard<std::mutex> lock(resolved_mu);
+            if (auto it = resolved.find(memo_key); it != resolved.end()) return it->second;
+        }
+        auto r = std::make_shared<const Resolved>(resolve_uncached(std::move(c)));
+        std::lock_guard<std::mutex> lock(resolved_mu);
+        return resolved.emplace(memo_key, std::move(r)).first->second;
+    }
+
+    Resolved resolve_uncached(AttentionConfig c) {
         if (c.arch.empty()) {
             if (!driver::gpu_available())
                 throw ConfigError("arch", "is empty (meaning: the current device), but no GPU is available; give an "
@@ -162,33 +178,33 @@ const RuntimeOptions& Runtime::options() const { return impl_->options; }
 KernelInfo Runtime::precompile(const AttentionConfig& config) {
     const auto r = impl_->resolve(config);
     cache::Source source{};
-    const auto entry = impl_->fetch(r, &source);
-    return impl_->make_info(r, *entry, source);
+    const auto entry = impl_->fetch(*r, &source);
+    return impl_->make_info(*r, *entry, source);
 }
 
 Kernel Runtime::get(const AttentionConfig& config) {
-    auto r = impl_->resolve(config);
+    const auto r = impl_->resolve(config);
     const auto dev = driver::current_device();
-    if (!arch_runs_on(r.config.arch, dev))
+    if (!arch_runs_on(r->config.arch, dev))
         throw ConfigError("arch", fmt::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
                                               "arch empty",
-                                              r.config.arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
-    if (r.plan.smem_bytes > dev.smem_optin)
+                                              r->config.arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
+    if (r->plan.smem_bytes > dev.smem_optin)
         throw ConfigError("arch", fmt::format("the plan needs {} B of shared memory; {} allows {} B per block",
-                                              r.plan.smem_bytes, dev.name, dev.smem_optin));
+                                              r->plan.smem_bytes, dev.name, dev.smem_optin));
     cache::Source source{};
-    const auto entry = impl_->fetch(r, &source);
+    const auto entry = impl_->fetch(*r, &source);
 
     auto impl = std::make_shared<Kernel::Impl>();
     {
         std::lock_guard<std::mutex> lock(impl_->modules_mu);
-        auto& m = impl_->modules[{dev.context, r.key}];
-        if (!m) m = driver::load(entry->cubin, render::kEntryName, r.plan.smem_bytes);
+        auto& m = impl_->modules[{dev.context, r->key}];
+        if (!m) m = driver::load(entry->cubin, render::kEntryName, r->plan.smem_bytes);
         impl->module = m;
     }
-    impl->info = impl_->make_info(r, *entry, source);
-    impl->config = std::move(r.config);
-    impl->plan = std::move(r.plan);
+    impl->info = impl_->make_info(*r, *entry, source);
+    impl->config = r->config;
+    impl->plan = r->plan;
     return Kernel(std::move(impl));
 }
 

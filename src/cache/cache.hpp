@@ -60,6 +60,9 @@ public:
     // is logged and every operation becomes a no-op miss.
     DiskCache(std::string dir, std::uint64_t max_bytes, util::Logger log);
     bool enabled() const { return enabled_; }
+    // An existing directory we may read but not write (e.g. cubins baked into a container image): entries are
+    // served, nothing is written, locked or removed, and new kernels live in memory only.
+    bool read_only() const { return read_only_; }
     const std::string& dir() const { return dir_; }
 
     // Verified read; touches the entry's mtime. `was_bad` is set when a corrupt entry was found and removed.
@@ -92,6 +95,7 @@ public:
 
 private:
     void require_enabled(const char* op) const;
+    void require_writable(const char* op) const;
     void evict_over_cap(const std::string& keep);
     void discard_bad(const std::string& path, int fd, const std::string& problem);
 
@@ -99,6 +103,7 @@ private:
     std::uint64_t max_bytes_;  // 0: no cap
     util::Logger log_;
     bool enabled_ = false;
+    bool read_only_ = false;
     std::string disabled_reason_;
     std::atomic<std::uint64_t> evictions_{0};  // stores of different keys run on several threads at once
 };

@@ -349,10 +349,23 @@ DiskCache::DiskCache(std::string dir, std::uint64_t max_bytes, util::Logger log)
     dir_ = root + "/v" + std::to_string(kFormatVersion);
     disabled_reason_ = prepare_dir(dir_);
     if (!disabled_reason_.empty()) {
+        if (::access(dir_.c_str(), R_OK | X_OK) == 0) {
+            read_only_ = enabled_ = true;
+            log_.warn("cache dir " + root + " is read-only (" + disabled_reason_ +
+                      "); serving its entries, caching new kernels in memory only");
+            return;
+        }
         log_.warn("cache dir " + root + " is not writable (" + disabled_reason_ + "); caching in memory only");
         return;
     }
     enabled_ = true;
+}
+
+void DiskCache::require_writable(const char* op) const {
+    require_enabled(op);
+    if (read_only_)
+        throw CacheError(std::string("cannot ") + op + " the disk cache at " + dir_ + ": it is read-only (" +
+                         disabled_reason_ + ")");
 }
 
 std::string DiskCache::entry_path(const std::string& key) const {
@@ -388,12 +401,15 @@ std::optional<Entry> DiskCache::load(const std::string& key, const std::string& 
     // The key hashes the arch, so a foreign arch under this name means a broken writer or a tampered file.
     if (problem.empty() && e.arch != arch) problem = "entry is for arch " + e.arch + ", requested " + arch;
     if (!problem.empty()) {
-        discard_bad(path, fd.get(), problem);
+        if (read_only_)
+            log_.warn("ignoring bad cache entry " + path + " in a read-only cache: " + problem);
+        else
+            discard_bad(path, fd.get(), problem);
         if (was_bad) *was_bad = true;
         return std::nullopt;
     }
     // The mtime is the LRU clock. A read-only (shared) cache cannot be touched; that only weakens eviction.
-    if (::futimens(fd.get(), nullptr) != 0) log_.debug("cannot touch " + path + ": " + errno_text(errno));
+    if (!read_only_ && ::futimens(fd.get(), nullptr) != 0) log_.debug("cannot touch " + path + ": " + errno_text(errno));
     return e;
 }
 
@@ -411,7 +427,7 @@ void DiskCache::discard_bad(const std::string& path, int fd, const std::string& 
 }
 
 std::uint64_t DiskCache::store(const Entry& e) {
-    if (!enabled_) return 0;
+    if (!enabled_ || read_only_) return 0;
     const std::string path = entry_path(e.key);
     if (e.arch.empty() || e.arch.size() > kMaxArchLen)
         throw CacheError("cannot cache key " + e.key + ": arch '" + e.arch + "' must be 1 to " +
@@ -463,7 +479,7 @@ DiskCache::KeyLock::~KeyLock() {
 }
 
 DiskCache::KeyLock DiskCache::lock(const std::string& key) {
-    if (!enabled_) return {};
+    if (!enabled_ || read_only_) return {};
     check_key(key);
     const std::string shard = dir_ + "/" + key.substr(0, 2);
     const std::string path = shard + "/" + key + std::string(kLockSuffix);
@@ -513,6 +529,7 @@ std::vector<Listing> DiskCache::list() const {
 }
 
 VerifyReport DiskCache::verify(bool repair) {
+    if (repair) require_writable("repair");
     VerifyReport r;
     for (const auto& l : list()) {
         if (l.ok) {
@@ -527,7 +544,7 @@ VerifyReport DiskCache::verify(bool repair) {
 }
 
 PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes, std::optional<std::int64_t> older_than_seconds) {
-    require_enabled("prune");
+    require_writable("prune");
     const std::int64_t now = now_ns();
     const auto older = [&](const FileStat& f, std::int64_t seconds) {
         return f.mtime_ns < now - seconds * 1'000'000'000;
@@ -557,7 +574,7 @@ PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes, std::option
 // A process holding a key's lock right now keeps its (now unnamed) lock; a newcomer may then build the same key
 // alongside it. Both writes are atomic, so that costs a compile, never a bad entry.
 int DiskCache::clear() {
-    require_enabled("clear");
+    require_writable("clear");
     int entries = 0;
     for (const auto& f : scan(dir_, {Kind::entry, Kind::lock, Kind::temp}))
         if (remove_file(f.path, log_) && classify(f.name) == Kind::entry) ++entries;

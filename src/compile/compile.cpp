@@ -4,7 +4,7 @@
 #include <nvrtc.h>
 
 #include <chrono>
-#include <regex>
+#include <cctype>
 
 #include "rtattn/errors.hpp"
 
@@ -42,18 +42,28 @@ std::string nvrtc_version() {
 }
 
 PtxasReport parse_ptxas(const std::string& log, const std::string& entry) {
+    // ptxas -v prints, per function: "Function properties for <entry>", then a line with stack and spill bytes,
+    // then "Used N registers, used M barriers". Parse line by line from the entry's block on (or from the top when
+    // the block header is missing), taking the first match of each figure.
     PtxasReport r;
-    // ptxas prints a "Function properties for <entry>" block, then "Used N registers".
-    const auto at = log.find("for " + entry);
-    const std::string tail = at == std::string::npos ? log : log.substr(at);
-    std::smatch m;
-    if (std::regex_search(tail, m, std::regex(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
-        r.stack_bytes = std::stoi(m[1]);
-        r.spill_store_bytes = std::stoi(m[2]);
-        r.spill_load_bytes = std::stoi(m[3]);
-    }
-    if (std::regex_search(tail, m, std::regex(R"(Used (\d+) registers)"))) r.registers = std::stoi(m[1]);
-    if (std::regex_search(tail, m, std::regex(R"(used (\d+) barriers)"))) r.barriers = std::stoi(m[1]);
+    std::size_t at = log.find("Function properties for " + entry);
+    if (at == std::string::npos) at = 0;
+    auto number_before = [&](std::size_t pos) {  // the integer that ends just before `pos` (skipping spaces)
+        std::size_t end = pos;
+        while (end > 0 && log[end - 1] == ' ') --end;
+        std::size_t begin = end;
+        while (begin > 0 && std::isdigit(static_cast<unsigned char>(log[begin - 1]))) --begin;
+        return begin < end ? std::stoi(log.substr(begin, end - begin)) : -1;
+    };
+    auto figure_before = [&](const char* label) {
+        const std::size_t pos = log.find(label, at);
+        return pos == std::string::npos ? -1 : number_before(pos);
+    };
+    r.stack_bytes = figure_before("bytes stack frame");
+    r.spill_store_bytes = figure_before("bytes spill stores");
+    r.spill_load_bytes = figure_before("bytes spill loads");
+    r.registers = figure_before("registers");
+    r.barriers = figure_before("barriers");
     return r;
 }
 

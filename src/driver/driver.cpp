@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "rtattn/errors.hpp"
@@ -100,6 +101,13 @@ DeviceInfo current_device() {
         check(a.cuDevicePrimaryCtxRetain(&d.context, dev), "cuDevicePrimaryCtxRetain");
         check(a.cuCtxSetCurrent(d.context), "cuCtxSetCurrent");
     }
+    // Device facts never change for a context; get() asks on every call, so answer repeats from a table.
+    static std::mutex mu;
+    static std::map<CUcontext, DeviceInfo> known;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        if (auto it = known.find(d.context); it != known.end()) return it->second;
+    }
     check(a.cuCtxGetDevice(&d.device), "cuCtxGetDevice");
     char name[256] = {};
     check(a.cuDeviceGetName(name, sizeof name, d.device), "cuDeviceGetName");
@@ -114,6 +122,8 @@ DeviceInfo current_device() {
     d.sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     d.smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     check(a.cuDriverGetVersion(&d.driver_version), "cuDriverGetVersion");
+    std::lock_guard<std::mutex> lock(mu);
+    known[d.context] = d;
     return d;
 }
 
