@@ -203,6 +203,13 @@ Kernel Runtime::get(const AttentionConfig& config) {
         impl->module = m;
     }
     impl->info = impl_->make_info(*r, *entry, source);
+    if (impl->info.registers < 0) {
+        // NVRTC omits the ptxas report when the driver's JIT cache served the compile; the loaded function knows.
+        int regs = -1;
+        if (driver::api().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, impl->module->function) ==
+            CUDA_SUCCESS)
+            impl->info.registers = regs;
+    }
     impl->config = r->config;
     impl->plan = r->plan;
     return Kernel(std::move(impl));

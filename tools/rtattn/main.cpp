@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <filesystem>
@@ -760,6 +761,9 @@ int parse_error_exit(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // With a driver present, NVRTC serves repeat compiles from the driver's JIT cache and then prints no ptxas
+    // report; the CLI shows registers and spills, so it opts out (rtattn's own cache makes NVRTC's redundant).
+    setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
     CLI::App app{"rtattn: precompile, inspect and maintain librtattn's attention kernel cache"};
     app.footer(kFooter);
     app.require_subcommand(1);
