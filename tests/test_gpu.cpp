@@ -10,6 +10,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <future>
@@ -27,6 +28,7 @@
 #include "driver/driver.hpp"
 #include "reference.hpp"
 #include "rtattn/rtattn.hpp"
+#include "api/runtime_internal.hpp"
 #include "testutil.hpp"
 
 using namespace rtattn;
@@ -36,10 +38,22 @@ namespace {
 using test::kPoison16;
 using test::kPoison32;
 
-// A visible skip on machines without a GPU (the build hosts); the test body is not run.
+// RTATTN_TEST_ARCH pins the kernels' arch, so one device can exercise each kernel family it can run (on Hopper,
+// sm_90a gives the wgmma kernel and sm_90 the mma.sync one). Unset: the device's own arch.
+const char* test_arch() {
+    const char* a = std::getenv("RTATTN_TEST_ARCH");
+    return a && *a ? a : nullptr;
+}
+
+bool test_arch_runs_here() {
+    return !test_arch() || arch_runs_on(test_arch(), driver::current_device());
+}
+
+// A visible skip on machines without a GPU (the build hosts), or whose GPU cannot run RTATTN_TEST_ARCH.
 #define SKIP_WITHOUT_GPU()                                                                    \
     do {                                                                                      \
         if (!driver::gpu_available()) RTATTN_SKIP("no GPU: no CUDA driver or device found"); \
+        if (!test_arch_runs_here()) RTATTN_SKIP("this GPU cannot run RTATTN_TEST_ARCH=" << test_arch()); \
     } while (0)
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -95,6 +109,7 @@ struct Case {
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
         c.softmax_scale = scale;
+        if (test_arch()) c.arch = test_arch();
         return c;
     }
 

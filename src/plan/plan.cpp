@@ -21,6 +21,7 @@ constexpr ArchInfo kArchTable[] = {
 
 // The tile table. A row serves padded head dims up to `max_pad_qk` (the larger of the QK and V pads decides).
 struct TileRow {
+    bool wgmma;      // Hopper warpgroup MMA kernel (sm_90a only) vs. mma.sync kernel (every arch)
     int max_pad;     // largest padded head dim this row serves
     int block_m;     // query rows per CTA = warps * m_tiles * 16
     int block_n;     // keys per K/V tile
@@ -32,15 +33,23 @@ struct TileRow {
 };
 
 // Rows were chosen by timing candidates on an H200 (tools/bench/tile_sweep.sh, bf16, S=16k; docs/PERFORMANCE.md).
+// The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
-    {64, 128, 64, 4, 2, 2, true,
+    // sm_90a: wgmma. Each warpgroup owns 64 rows; two warpgroups share every K/V tile.
+    {true, 144, 128, 128, 8, 1, 2, false,
+     "sm_90a, d<=144: wgmma, 2 warpgroups x 64 rows; 128-key tiles keep S and O at <=72 fp32/thread each"},
+    {true, 256, 128, 64, 8, 1, 2, false,
+     "sm_90a, d<=256: wgmma, 2 warpgroups x 64 rows; 64-key tiles leave registers for O (<=128 fp32/thread) and "
+     "fit two stages in 227 KB"},
+    // Every arch: mma.sync m16n8k16.
+    {false, 64, 128, 64, 4, 2, 2, true,
      "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
-    {144, 128, 128, 8, 1, 2, true,
+    {false, 144, 128, 128, 8, 1, 2, true,
      "d<=144: 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments in registers; 128-key tiles halve the "
      "per-tile softmax and barrier overhead (+12% over 64 at d128)"},
-    {192, 128, 64, 8, 1, 2, false,
+    {false, 192, 128, 64, 8, 1, 2, false,
      "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
-    {256, 128, 64, 8, 1, 2, false,
+    {false, 256, 128, 64, 8, 1, 2, false,
      "d<=256: O needs 128 fp32/thread; 8 warps x 16 rows with Q in shared memory stay spill-free and beat FA2's "
      "64x64/4-warp shape by 30% on Hopper"},
 };
@@ -70,6 +79,8 @@ void apply_tile_override(KernelPlan& p) {
     if (bn < 16 || bn > 256 || bn % 16 != 0)
         throw ConfigError("RTATTN_TILE", fmt::format("block_n ({}) must be a multiple of 16 in 16..256", bn));
     if (st < 1 || st > 3) throw ConfigError("RTATTN_TILE", fmt::format("stages ({}) must be 1..3", st));
+    if (p.wgmma && (mt != 1 || w % 4 != 0))
+        throw ConfigError("RTATTN_TILE", "the wgmma kernel needs m_tiles 1 and whole warpgroups (warps 4, 8, 12, 16)");
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
     p.reason = fmt::format("RTATTN_TILE override ({})", env);
 }
@@ -82,10 +93,11 @@ const ArchInfo& arch_info(const std::string& arch) {
     throw ConfigError("arch", fmt::format("'{}' cannot be planned; supported: {}", arch, known_archs()));
 }
 
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
-    const int sqk = smem_stride(pad_qk), sv = smem_stride(pad_v);
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma) {
+    // wgmma tiles are stored as packed 8x8 core matrices (no row padding); mma.sync tiles as padded rows.
+    const int sqk = wgmma ? pad_qk : smem_stride(pad_qk), sv = wgmma ? pad_v : smem_stride(pad_v);
     const int main_elems = block_m * sqk + stages * block_n * (sqk + sv);
-    const int o_elems = block_m * sv;
+    const int o_elems = block_m * smem_stride(pad_v);  // the epilogue stages O in padded rows
     return 2 * (main_elems > o_elems ? main_elems : o_elems);
 }
 
@@ -107,14 +119,16 @@ KernelPlan plan(const AttentionConfig& c) {
 
     const int widest = std::max(p.pad_qk, p.pad_v);
     const TileRow* row = nullptr;
+    const bool has_wgmma = c.arch == "sm_90a";
     for (const auto& r : kTiles)
-        if (widest <= r.max_pad) {
+        if ((!r.wgmma || has_wgmma) && widest <= r.max_pad) {
             row = &r;
             break;
         }
     if (!row)
         throw ConfigError("head_dim_qk", fmt::format("padded width {} has no tile row; allowed head dims 1..{}",
                                                      widest, AttentionConfig::kMaxHeadDim));
+    p.wgmma = row->wgmma;
     p.block_m = row->block_m;
     p.block_n = row->block_n;
     p.warps = row->warps;
@@ -126,7 +140,7 @@ KernelPlan plan(const AttentionConfig& c) {
 
     // Arches with less shared memory: narrow the key tile to 64 first (per-tile overhead grows, but the pipeline
     // keeps hiding load latency), then give up pipeline depth, then narrow further.
-    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
+    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma);
     while (p.smem_bytes > ai.smem_optin) {
         if (p.block_n > 64)
             p.block_n /= 2;
@@ -137,7 +151,7 @@ KernelPlan plan(const AttentionConfig& c) {
         else
             throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; d{}/{} needs {} B",
                                                   ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
-        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
+        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma);
         p.reason += fmt::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
                                 ai.smem_optin / 1024);
     }

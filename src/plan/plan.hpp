@@ -23,6 +23,7 @@ struct KernelPlan {
     bool bf16 = true, causal = false;
     std::string arch;
     // How: one row of the tile table, possibly stepped down to fit the arch's shared memory.
+    bool wgmma = false;  // Hopper warpgroup-MMA kernel (templates/rtattn_fwd_sm90.cuh), else mma.sync
     int block_m = 0, block_n = 0, warps = 0, m_tiles = 0, stages = 0;
     bool q_in_regs = false;
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
@@ -41,8 +42,8 @@ struct KernelPlan {
 // Throws ConfigError when the config is invalid or the plan cannot serve it; support and dispatch are one function.
 KernelPlan plan(const AttentionConfig& config);
 
-// Shared memory the kernel template will declare for these tiles (mirrors FwdShape in templates/rtattn_fwd.cuh;
+// Shared memory the kernel template will declare for these tiles (mirrors FwdShape / FwdShapeSm90 in templates/;
 // the rendered stub static_asserts the two agree).
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages);
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma);
 
 }  // namespace rtattn::plan

@@ -1,0 +1,221 @@
+// Hopper (sm_90a) forward pass: the same online-softmax algorithm as rtattn_fwd.cuh, with both GEMMs issued as
+// warpgroup MMAs (wgmma). Each warpgroup (4 warps) owns 64 query rows; QK^T reads Q and K straight from shared
+// memory through descriptors, PV takes P from registers (the score accumulators, repacked) and V from shared memory
+// read transposed. K/V tiles stream through a cp.async ring as in the sm_80 kernel.
+//
+// Shared memory holds every tile as 8x8 "core matrices" of 128 contiguous bytes (the layout wgmma reads without a
+// swizzle): element (r, c) of a tile with kPad columns lives at core (r/8, c/8), core index (r/8)*(kPad/8) + c/8.
+#pragma once
+#include "rtattn_params.h"
+#include "rtattn_ptx.cuh"
+#include "rtattn_softmax.cuh"
+#include "rtattn_wgmma.cuh"
+
+namespace rtattn {
+
+template <class T>
+struct FwdShapeSm90 {
+    static constexpr int kThreads = T::kWarps * 32;
+    static constexpr int kStrideV = (T::kPadV / 8) % 2 == 1 ? T::kPadV : T::kPadV + 8;  // epilogue staging rows
+    static constexpr int kQElems = T::kBlockM * T::kPadQK;
+    static constexpr int kKElems = T::kBlockN * T::kPadQK;
+    static constexpr int kVElems = T::kBlockN * T::kPadV;
+    static constexpr int kOElems = T::kBlockM * kStrideV;
+    static constexpr int kMainElems = kQElems + T::kStages * (kKElems + kVElems);
+    static constexpr int kSmemBytes = 2 * (kMainElems > kOElems ? kMainElems : kOElems);
+
+    static_assert(T::kPadQK % 16 == 0 && T::kPadV % 8 == 0, "pads");
+    static_assert(T::kWarps % 4 == 0 && T::kBlockM == T::kWarps * 16 && T::kMTiles == 1,
+                  "each warpgroup owns 64 rows");
+    static_assert(T::kBlockN % 16 == 0, "kBlockN is consumed in k-steps of 16 by PV");
+    static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
+    static_assert(T::kStages >= 1 && T::kStages <= 3, "stages");
+};
+
+namespace sm90 {
+
+using detail::u16;
+using detail::u32;
+
+template <int kPad>
+__device__ __forceinline__ int core_offset(int r, int c) {
+    return ((r >> 3) * (kPad / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+}
+
+// Loads rows x kHeadDim into the core layout. Eight consecutive threads fill one core (128 contiguous bytes, no
+// bank conflicts) from eight rows, so a warp still reads whole 32-byte sectors of each row.
+template <int kRows, int kHeadDim, int kPad, int kVec, int kThreads>
+__device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid) {
+    constexpr int kPerRow = kHeadDim / kVec;
+    constexpr int kTotal = kRows * kPerRow;
+#pragma unroll 4
+    for (int i = tid; i < kTotal; i += kThreads) {
+        const int rest = i >> 3;
+        const int rb = rest / kPerRow;
+        const int r = rb * 8 + (i & 7);
+        const int c = (rest - rb * kPerRow) * kVec;
+        const bool valid = r < valid_rows;
+        const u16* src = valid ? g + r * row_stride + c : g;
+        if constexpr (kVec >= 2) {
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + core_offset<kPad>(r, c)), src, valid);
+        } else {
+            s[core_offset<kPad>(r, c)] = valid ? *src : u16(0);
+        }
+    }
+}
+
+// Issues D(64 x kN) (+)= A * B for column chunks of width 64, 32, 16, 8: wgmma's N is part of the instruction,
+// so any padded width is covered by at most one chunk of each smaller width.
+template <int kN, bool kBF16, class Issue>
+__device__ __forceinline__ void for_each_chunk(Issue issue) {
+    constexpr int k64 = kN / 64, r64 = kN % 64;
+#pragma unroll
+    for (int i = 0; i < k64; ++i) issue(wgmma::Mma<64, kBF16>(), i * 64);
+    if constexpr (r64 >= 32) issue(wgmma::Mma<32, kBF16>(), k64 * 64);
+    if constexpr (r64 % 32 >= 16) issue(wgmma::Mma<16, kBF16>(), k64 * 64 + (r64 / 32) * 32);
+    if constexpr (r64 % 16 >= 8) issue(wgmma::Mma<8, kBF16>(), k64 * 64 + (r64 / 16) * 16);
+}
+
+// Keeps the compiler from touching accumulator or operand registers across the asynchronous wgmma window.
+template <int kN>
+__device__ __forceinline__ void fence_regs(float* r) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void fence_regs(u32* r) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+}  // namespace sm90
+
+template <class T>
+__device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
+    using S = FwdShapeSm90<T>;
+    using detail::u16;
+    using detail::u32;
+    constexpr int kThreads = S::kThreads;
+    constexpr int kNB = T::kBlockN / 8;
+    constexpr int kKQ = T::kPadQK / 16;
+    constexpr int kNV = T::kPadV / 8;
+    constexpr int kCoreBytes = 128;
+    constexpr int kRowBlockQK = T::kPadQK / 8 * kCoreBytes;  // bytes between core rows of a Q/K tile
+    constexpr int kRowBlockV = T::kPadV / 8 * kCoreBytes;
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    u16* sQ = reinterpret_cast<u16*>(smem_raw);
+    u16* sK = sQ + S::kQElems;
+    u16* sV = sK + T::kStages * S::kKElems;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wg = warp >> 2;
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int kv_head = head / p.q_per_kv;
+    const int q0 = blockIdx.x * T::kBlockM;
+    const int seqlen_q = p.seqlen_q;
+    const int seqlen_k = p.seqlen_k;
+
+    const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                    (long long)q0 * p.q_seq_stride;
+    const u16* gK = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    const u16* gV = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+    const int n_blocks = detail::kv_block_count<T::kCausal, T::kBlockM, T::kBlockN>(q0, seqlen_q, seqlen_k);
+
+    auto at_qk = [](int r, int c) { return sm90::core_offset<T::kPadQK>(r, c); };
+    auto at_v = [](int r, int c) { return sm90::core_offset<T::kPadV>(r, c); };
+    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
+    detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
+    detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
+
+    auto load_kv = [&](int block, int slot) {
+        const int k0 = block * T::kBlockN;
+        sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kVecQK, kThreads>(
+            sK + slot * S::kKElems, gK + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, tid);
+        sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kVecV, kThreads>(
+            sV + slot * S::kVElems, gV + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, tid);
+    };
+
+    sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0,
+                                                                               tid);
+    ptx::cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+        if (s < n_blocks) load_kv(s, s);
+        ptx::cp_async_commit();
+    }
+
+    const u32 q_addr = ptx::smem_u32(sQ) + wg * 8 * kRowBlockQK;  // this warpgroup's 64 rows
+
+    float acc_o[1][kNV][4];
+    float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
+    float row_sum[1][2] = {{0.f, 0.f}};
+#pragma unroll
+    for (int nb = 0; nb < kNV; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][nb][e] = 0.f;
+
+    for (int j = 0; j < n_blocks; ++j) {
+        __syncthreads();  // every warp is done with the slot the next load overwrites
+        const int j_load = j + T::kStages - 1;
+        if (j_load < n_blocks) load_kv(j_load, j_load % T::kStages);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<T::kStages - 1>();
+        wgmma::fence_proxy_async();  // this thread's cp.async / zero-fill writes, visible to wgmma
+        __syncthreads();
+
+        const int slot = j % T::kStages;
+        const u32 k_addr = ptx::smem_u32(sK + slot * S::kKElems);
+        const u32 v_addr = ptx::smem_u32(sV + slot * S::kVElems);
+        const int n0 = j * T::kBlockN;
+
+        // S = Q K^T: A = Q (K-major), B = K (K-major); LBO steps along head_dim, SBO along rows.
+        float s[1][kNB][4];
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kKQ; ++kk) {
+            const wgmma::u64 a = wgmma::desc(q_addr + 2 * kk * kCoreBytes, kCoreBytes, kRowBlockQK);
+            sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
+                const wgmma::u64 b = wgmma::desc(k_addr + (c0 / 8) * kRowBlockQK + 2 * kk * kCoreBytes, kCoreBytes,
+                                                 kRowBlockQK);
+                mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
+            });
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+        sm90::fence_regs<kNB * 4>(&s[0][0][0]);
+
+        if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
+            detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
+        detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
+
+        // O += P V: A = P from registers, B = V read transposed (N-major): LBO steps along keys, SBO along dims.
+        u32 pa[T::kBlockN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+            sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
+                const wgmma::u64 b = wgmma::desc(v_addr + 2 * kk * kRowBlockV + (c0 / 8) * kCoreBytes, kRowBlockV,
+                                                 kCoreBytes);
+                mma.rs_bt(&acc_o[0][c0 / 8][0], pa[kk], b, 1);
+            });
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+        sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
+        sm90::fence_regs<T::kBlockN / 16 * 4>(&pa[0][0]);
+    }
+
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // the staging area aliases Q/K/V
+    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
+    __syncthreads();
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, q0, tid);
+}
+
+}  // namespace rtattn
