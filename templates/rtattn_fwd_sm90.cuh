@@ -64,16 +64,18 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
     }
 }
 
-// Issues D(64 x kN) (+)= A * B for column chunks of width 64, 32, 16, 8: wgmma's N is part of the instruction,
-// so any padded width is covered by at most one chunk of each smaller width.
+// Issues D(64 x kN) (+)= A * B as column chunks of width 128, then at most one each of 64, 32, 16, 8: wgmma's N is
+// part of the instruction, and wide chunks re-read A least.
 template <int kN, bool kBF16, class Issue>
 __device__ __forceinline__ void for_each_chunk(Issue issue) {
-    constexpr int k64 = kN / 64, r64 = kN % 64;
+    constexpr int k128 = kN / 128, r = kN % 128;
 #pragma unroll
-    for (int i = 0; i < k64; ++i) issue(wgmma::Mma<64, kBF16>(), i * 64);
-    if constexpr (r64 >= 32) issue(wgmma::Mma<32, kBF16>(), k64 * 64);
-    if constexpr (r64 % 32 >= 16) issue(wgmma::Mma<16, kBF16>(), k64 * 64 + (r64 / 32) * 32);
-    if constexpr (r64 % 16 >= 8) issue(wgmma::Mma<8, kBF16>(), k64 * 64 + (r64 / 16) * 16);
+    for (int i = 0; i < k128; ++i) issue(wgmma::Mma<128, kBF16>(), i * 128);
+    constexpr int c64 = k128 * 128, c32 = c64 + (r & 64), c16 = c32 + (r & 32), c8 = c16 + (r & 16);
+    if constexpr ((r & 64) != 0) issue(wgmma::Mma<64, kBF16>(), c64);
+    if constexpr ((r & 32) != 0) issue(wgmma::Mma<32, kBF16>(), c32);
+    if constexpr ((r & 16) != 0) issue(wgmma::Mma<16, kBF16>(), c16);
+    if constexpr ((r & 8) != 0) issue(wgmma::Mma<8, kBF16>(), c8);
 }
 
 // Keeps the compiler from touching accumulator or operand registers across the asynchronous wgmma window.
@@ -150,6 +152,21 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 
     const u32 q_addr = ptx::smem_u32(sQ) + wg * 8 * kRowBlockQK;  // this warpgroup's 64 rows
 
+    // kQInRegs: Q becomes A-fragments in registers once (ldmatrix from the core layout: each 8x8 core is one
+    // ldmatrix matrix), so QK^T reads only K from shared memory.
+    u32 q_frag[T::kQInRegs ? kKQ : 1][4];
+    if constexpr (T::kQInRegs) {
+        ptx::cp_async_wait<T::kStages - 1>();
+        __syncthreads();
+        // Matrices of x4: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+        const int r = warp * 16 + (lane & 15);
+#pragma unroll
+        for (int kk = 0; kk < kKQ; ++kk) {
+            const u16* src = sQ + sm90::core_offset<T::kPadQK>(r & ~7, kk * 16 + (lane >> 4) * 8) + (r & 7) * 8;
+            ptx::ldsm_x4(ptx::smem_u32(src), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
+        }
+    }
+
     float acc_o[1][kNV][4];
     float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
     float row_sum[1][2] = {{0.f, 0.f}};
@@ -181,12 +198,16 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
             sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
                 const wgmma::u64 b = wgmma::desc(k_addr + (c0 / 8) * kRowBlockQK + 2 * kk * kCoreBytes, kCoreBytes,
                                                  kRowBlockQK);
-                mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
+                if constexpr (T::kQInRegs)
+                    mma.template rs<false>(&s[0][c0 / 8][0], q_frag[T::kQInRegs ? kk : 0], b, kk > 0);
+                else
+                    mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
             });
         }
         wgmma::commit();
         wgmma::wait<0>();
         sm90::fence_regs<kNB * 4>(&s[0][0][0]);
+        if constexpr (T::kQInRegs) sm90::fence_regs<kKQ * 4>(&q_frag[0][0]);
 
         if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
             detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
@@ -202,7 +223,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
             sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
                 const wgmma::u64 b = wgmma::desc(v_addr + 2 * kk * kRowBlockV + (c0 / 8) * kCoreBytes, kRowBlockV,
                                                  kCoreBytes);
-                mma.rs_bt(&acc_o[0][c0 / 8][0], pa[kk], b, 1);
+                mma.template rs<true>(&acc_o[0][c0 / 8][0], pa[kk], b, 1);
             });
         }
         wgmma::commit();

@@ -36,8 +36,9 @@ struct TileRow {
 // The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
     // sm_90a: wgmma. Each warpgroup owns 64 rows; two warpgroups share every K/V tile.
-    {true, 144, 128, 128, 8, 1, 2, false,
-     "sm_90a, d<=144: wgmma, 2 warpgroups x 64 rows; 128-key tiles keep S and O at <=72 fp32/thread each"},
+    {true, 144, 128, 128, 8, 1, 2, true,
+     "sm_90a, d<=144: wgmma, 2 warpgroups x 64 rows; Q in registers so QK^T reads only K from shared memory; "
+     "128-key tiles keep S and O at <=72 fp32/thread each"},
     {true, 256, 128, 64, 8, 1, 2, false,
      "sm_90a, d<=256: wgmma, 2 warpgroups x 64 rows; 64-key tiles leave registers for O (<=128 fp32/thread) and "
      "fit two stages in 227 KB"},
