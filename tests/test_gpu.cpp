@@ -451,7 +451,7 @@ std::vector<Case> matrix_cases() {
     // MHA, GQA (group 4) and MQA; seqlens that are tile multiples of nothing, with seqlen_q != seqlen_k.
     constexpr std::pair<int, int> kHeads[] = {{4, 4}, {8, 2}, {4, 1}};
     std::vector<Case> out;
-    for (int d : {1, 8, 17, 32, 64, 80, 96, 100, 128, 132, 160, 192, 256})
+    for (int d : {1, 8, 17, 32, 48, 64, 80, 96, 100, 128, 132, 136, 144, 160, 192, 256})
         for (Dtype dt : kDtypes)
             for (bool causal : kCausal)
                 for (auto [hq, hkv] : kHeads)
