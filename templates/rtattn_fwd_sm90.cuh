@@ -30,6 +30,9 @@ struct FwdShapeSm90 {
     static_assert(T::kBlockN % 16 == 0, "kBlockN is consumed in k-steps of 16 by PV");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
     static_assert(T::kStages >= 1 && T::kStages <= 3, "stages");
+    // A Q-in-registers variant (QK^T with A from registers) gave wrong results on an H200 for some shapes (d64 with
+    // 64-key tiles, d128 with 128-key tiles) and was removed; Q is always read through a descriptor.
+    static_assert(!T::kQInRegs, "the wgmma kernel reads Q from shared memory");
 };
 
 namespace sm90 {
@@ -152,20 +155,6 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 
     const u32 q_addr = ptx::smem_u32(sQ) + wg * 8 * kRowBlockQK;  // this warpgroup's 64 rows
 
-    // kQInRegs: Q becomes A-fragments in registers once (ldmatrix from the core layout: each 8x8 core is one
-    // ldmatrix matrix), so QK^T reads only K from shared memory.
-    u32 q_frag[T::kQInRegs ? kKQ : 1][4];
-    if constexpr (T::kQInRegs) {
-        ptx::cp_async_wait<T::kStages - 1>();
-        __syncthreads();
-        // Matrices of x4: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-        const int r = warp * 16 + (lane & 15);
-#pragma unroll
-        for (int kk = 0; kk < kKQ; ++kk) {
-            const u16* src = sQ + sm90::core_offset<T::kPadQK>(r & ~7, kk * 16 + (lane >> 4) * 8) + (r & 7) * 8;
-            ptx::ldsm_x4(ptx::smem_u32(src), q_frag[kk][0], q_frag[kk][1], q_frag[kk][2], q_frag[kk][3]);
-        }
-    }
 
     float acc_o[1][kNV][4];
     float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
@@ -198,16 +187,12 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
             sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
                 const wgmma::u64 b = wgmma::desc(k_addr + (c0 / 8) * kRowBlockQK + 2 * kk * kCoreBytes, kCoreBytes,
                                                  kRowBlockQK);
-                if constexpr (T::kQInRegs)
-                    mma.template rs<false>(&s[0][c0 / 8][0], q_frag[T::kQInRegs ? kk : 0], b, kk > 0);
-                else
-                    mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
+                mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
             });
         }
         wgmma::commit();
         wgmma::wait<0>();
         sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-        if constexpr (T::kQInRegs) sm90::fence_regs<kKQ * 4>(&q_frag[0][0]);
 
         if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
             detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
