@@ -117,18 +117,11 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int wg = warp >> 2;
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
-    const int kv_head = head / p.q_per_kv;
-    const int q0 = blockIdx.x * T::kBlockM;
     const int seqlen_q = p.seqlen_q;
     const int seqlen_k = p.seqlen_k;
-
-    const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-                    (long long)q0 * p.q_seq_stride;
-    const u16* gK = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
-    const u16* gV = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
-    const int n_blocks = detail::kv_block_count<T::kCausal, T::kBlockM, T::kBlockN>(q0, seqlen_q, seqlen_k);
+    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kBlockM, T::kBlockN>(p);
+    const int q0 = cta.q0, n_blocks = cta.n_blocks;
+    const u16 *gQ = cta.q, *gK = cta.k, *gV = cta.v;
 
     auto at_qk = [](int r, int c) { return sm90::core_offset<T::kPadQK>(r, c); };
     auto at_v = [](int r, int c) { return sm90::core_offset<T::kPadV>(r, c); };

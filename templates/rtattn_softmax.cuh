@@ -26,6 +26,29 @@ __device__ __forceinline__ int kv_block_count(int q0, int seqlen_q, int seqlen_k
     return n;
 }
 
+// What one CTA works on: grid x = query block, y = query head, z = batch. GQA: query head h reads kv head
+// h / q_per_kv in place. Pointers are to the first element of this (batch, head); gQ is already at row q0.
+struct CtaTile {
+    const u16* q;
+    const u16* k;
+    const u16* v;
+    int q0;        // first query row of the block
+    int n_blocks;  // key blocks this query block visits (causal: none right of the diagonal)
+};
+
+template <bool kCausal, int kBlockM, int kBlockN>
+__device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
+    const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
+    CtaTile t;
+    t.q0 = blockIdx.x * kBlockM;
+    t.q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+          (long long)t.q0 * p.q_seq_stride;
+    t.k = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    t.v = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+    t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, p.seqlen_q, p.seqlen_k);
+    return t;
+}
+
 // Masks the key tail and, when causal, keys right of the diagonal; only called for blocks that need it.
 // row0: the query row of this warp's first 16-row tile.
 template <bool kCausal, int kMT, int kNB>
