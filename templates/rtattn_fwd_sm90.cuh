@@ -1,11 +1,7 @@
 // Hopper (sm_90a) forward pass: the same online-softmax algorithm as rtattn_fwd.cuh, with both GEMMs issued as
 // warpgroup MMAs (wgmma). Each warpgroup (4 warps) owns 64 query rows; QK^T reads Q and K straight from shared
 // memory through descriptors, PV takes P from registers (the score accumulators, repacked) and V from shared memory
-// read transposed. K/V tiles stream through a three-slot cp.async ring.
-//
-// Schedule per key block j: issue QK^T(j+1) and PV(j) back to back, wait for QK^T only, run the softmax of j+1 while
-// PV(j) keeps the tensor cores busy, then wait for PV(j) and rescale O. The softmax no longer leaves the tensor
-// cores idle (FlashAttention-3's intra-warpgroup overlap), at the cost of a second score/P register set.
+// read transposed. K/V tiles stream through a cp.async ring as in the sm_80 kernel.
 //
 // Shared memory holds every tile as 8x8 "core matrices" of 128 contiguous bytes (the layout wgmma reads without a
 // swizzle): element (r, c) of a tile with kPad columns lives at core (r/8, c/8), core index (r/8)*(kPad/8) + c/8.
@@ -33,7 +29,7 @@ struct FwdShapeSm90 {
                   "each warpgroup owns 64 rows");
     static_assert(T::kBlockN % 16 == 0, "kBlockN is consumed in k-steps of 16 by PV");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
-    static_assert(T::kStages == 3, "the overlapped schedule keeps blocks j, j+1 resident while j+2 loads");
+    static_assert(T::kStages >= 1 && T::kStages <= 3, "stages");
     // A Q-in-registers variant (QK^T with A from registers) gave wrong results on an H200 for some shapes (d64 with
     // 64-key tiles, d128 with 128-key tiles) and was removed; Q is always read through a descriptor.
     static_assert(!T::kQInRegs, "the wgmma kernel reads Q from shared memory");
@@ -141,46 +137,18 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
             sV + slot * S::kVElems, gV + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, tid);
     };
 
-    // Ring of three K/V slots: while block j's PV runs, block j+1's K is read by QK^T and block j+2 is loading.
     sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0,
                                                                                tid);
     ptx::cp_async_commit();
-    if (0 < n_blocks) load_kv(0, 0);
-    ptx::cp_async_commit();
-    if (1 < n_blocks) load_kv(1, 1);
-    ptx::cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+        if (s < n_blocks) load_kv(s, s);
+        ptx::cp_async_commit();
+    }
 
     const u32 q_addr = ptx::smem_u32(sQ) + wg * 8 * kRowBlockQK;  // this warpgroup's 64 rows
-    auto k_addr = [&](int block) { return ptx::smem_u32(sK + (block % 3) * S::kKElems); };
-    auto v_addr = [&](int block) { return ptx::smem_u32(sV + (block % 3) * S::kVElems); };
 
-    // S = Q K^T for one key block: A = Q (K-major), B = K (K-major); LBO steps along head_dim, SBO along rows.
-    auto issue_qk = [&](float (&s)[1][kNB][4], int block) {
-        const u32 kb = k_addr(block);
-#pragma unroll
-        for (int kk = 0; kk < kKQ; ++kk) {
-            const wgmma::u64 a = wgmma::desc(q_addr + 2 * kk * kCoreBytes, kCoreBytes, kRowBlockQK);
-            sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
-                const wgmma::u64 b =
-                    wgmma::desc(kb + (c0 / 8) * kRowBlockQK + 2 * kk * kCoreBytes, kCoreBytes, kRowBlockQK);
-                mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
-            });
-        }
-        wgmma::commit();
-    };
-    // O += P V: A = P from registers, B = V read transposed (N-major): LBO steps along keys, SBO along dims.
-    auto issue_pv = [&](float (&acc)[1][kNV][4], const u32 (&pa)[T::kBlockN / 16][4], int block) {
-        const u32 vb = v_addr(block);
-#pragma unroll
-        for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-            sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
-                const wgmma::u64 b = wgmma::desc(vb + 2 * kk * kRowBlockV + (c0 / 8) * kCoreBytes, kRowBlockV,
-                                                 kCoreBytes);
-                mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], b, 1);
-            });
-        }
-        wgmma::commit();
-    };
+
     float acc_o[1][kNV][4];
     float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
     float row_sum[1][2] = {{0.f, 0.f}};
@@ -189,62 +157,57 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_o[0][nb][e] = 0.f;
 
-    // Scores of block `block` (landed in s) -> masked, softmax statistics updated, P packed; returns via corr the
-    // factor the output must be rescaled by once no PV is in flight.
-    auto softmax_and_pack = [&](float (&s)[1][kNB][4], int block, float (&corr)[1][2],
-                                u32 (&pa)[T::kBlockN / 16][4]) {
-        const int n0 = block * T::kBlockN;
-        if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
-            detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
-        detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
-#pragma unroll
-        for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
-    };
-
-    u32 pa[T::kBlockN / 16][4];  // P of the block whose PV is next
-    if (n_blocks > 0) {
-        ptx::cp_async_wait<1>();     // Q and block 0 have landed
+    for (int j = 0; j < n_blocks; ++j) {
+        __syncthreads();  // every warp is done with the slot the next load overwrites
+        const int j_load = j + T::kStages - 1;
+        if (j_load < n_blocks) load_kv(j_load, j_load % T::kStages);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<T::kStages - 1>();
         wgmma::fence_proxy_async();  // this thread's cp.async / zero-fill writes, visible to wgmma
         __syncthreads();
+
+        const int slot = j % T::kStages;
+        const u32 k_addr = ptx::smem_u32(sK + slot * S::kKElems);
+        const u32 v_addr = ptx::smem_u32(sV + slot * S::kVElems);
+        const int n0 = j * T::kBlockN;
+
+        // S = Q K^T: A = Q (K-major), B = K (K-major); LBO steps along head_dim, SBO along rows.
         float s[1][kNB][4];
-        float corr[1][2];
         wgmma::fence();
-        issue_qk(s, 0);
+#pragma unroll
+        for (int kk = 0; kk < kKQ; ++kk) {
+            const wgmma::u64 a = wgmma::desc(q_addr + 2 * kk * kCoreBytes, kCoreBytes, kRowBlockQK);
+            sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
+                const wgmma::u64 b = wgmma::desc(k_addr + (c0 / 8) * kRowBlockQK + 2 * kk * kCoreBytes, kCoreBytes,
+                                                 kRowBlockQK);
+                mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
+            });
+        }
+        wgmma::commit();
         wgmma::wait<0>();
         sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-        softmax_and_pack(s, 0, corr, pa);  // O is still zero: no rescale needed
-    }
 
-    for (int j = 0; j < n_blocks; ++j) {
-        __syncthreads();  // every warp is done with block j-1, whose slot the next load overwrites
-        if (j + 2 < n_blocks) load_kv(j + 2, (j + 2) % 3);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<1>();  // block j+1 has landed (block j+2 may still be in flight)
-        wgmma::fence_proxy_async();
-        __syncthreads();
+        if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
+            detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
+        detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
-        const bool has_next = j + 1 < n_blocks;
-        float s[1][kNB][4];
-        float corr[1][2];
-        u32 pa_next[T::kBlockN / 16][4];
+        // O += P V: A = P from registers, B = V read transposed (N-major): LBO steps along keys, SBO along dims.
+        u32 pa[T::kBlockN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
         wgmma::fence();
-        // Issued and waited for unconditionally (the last iteration recomputes block j's scores and drops them):
-        // with a conditional issue or wait, ptxas serializes the wgmma pipeline (C7514).
-        issue_qk(s, has_next ? j + 1 : j);
-        issue_pv(acc_o, pa, j);
-        wgmma::wait<1>();  // QK^T of block j+1 is done; PV of block j may still run
-        sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-        if (has_next) softmax_and_pack(s, j + 1, corr, pa_next);  // overlaps the PV on the tensor cores
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+            sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
+                const wgmma::u64 b = wgmma::desc(v_addr + 2 * kk * kRowBlockV + (c0 / 8) * kCoreBytes, kRowBlockV,
+                                                 kCoreBytes);
+                mma.template rs<true>(&acc_o[0][c0 / 8][0], pa[kk], b, 1);
+            });
+        }
+        wgmma::commit();
         wgmma::wait<0>();
         sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
         sm90::fence_regs<T::kBlockN / 16 * 4>(&pa[0][0]);
-        if (has_next) {
-            detail::rescale(acc_o, corr);
-#pragma unroll
-            for (int kk = 0; kk < T::kBlockN / 16; ++kk)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) pa[kk][e] = pa_next[kk][e];
-        }
     }
 
     ptx::cp_async_wait<0>();

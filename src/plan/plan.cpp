@@ -35,15 +35,15 @@ struct TileRow {
 // Rows were chosen by timing candidates on an H200 (tools/bench/tile_sweep.sh, bf16, S=16k; docs/PERFORMANCE.md).
 // The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
-    {true, 144, 128, 64, 8, 1, 3, false, "EXPERIMENT sm_90a wgmma overlapped, d<=144"},
-    {true, 192, 128, 64, 8, 1, 3, false, "EXPERIMENT sm_90a wgmma overlapped, d<=192"},
-    {true, 256, 128, 32, 8, 1, 3, false, "EXPERIMENT sm_90a wgmma overlapped, d<=256"},
     {false, 64, 128, 64, 4, 2, 2, true,
      "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
     {false, 128, 128, 128, 8, 1, 2, true,
      "d<=128: 8 warps x 16 rows keep O (<=64 fp32/thread) and Q fragments in registers; 128-key tiles halve the "
      "per-tile softmax and barrier overhead (+12% over 64 at d128). On sm_90a the wgmma kernel measured slower "
      "here (231 vs 279 TFLOPS at d128)"},
+    {true, 144, 128, 128, 8, 1, 2, false,
+     "sm_90a, 128<d<=144: wgmma, 2 warpgroups x 64 rows, Q and K through shared-memory descriptors, 128-key "
+     "tiles (253 vs 221 TFLOPS for mma.sync at d132)"},
     {false, 144, 128, 128, 8, 1, 2, true,
      "d<=144: as d<=128; O and Q fragments still fit in registers without spills"},
     {false, 192, 128, 64, 8, 1, 2, false,
@@ -78,9 +78,9 @@ void apply_tile_override(KernelPlan& p) {
     if (bn < 16 || bn > 256 || bn % 16 != 0)
         throw ConfigError("RTATTN_TILE", fmt::format("block_n ({}) must be a multiple of 16 in 16..256", bn));
     if (st < 1 || st > 3) throw ConfigError("RTATTN_TILE", fmt::format("stages ({}) must be 1..3", st));
-    if (p.wgmma && (mt != 1 || w % 4 != 0 || qr != 0 || st != 3))
-        throw ConfigError("RTATTN_TILE", "the wgmma kernel needs m_tiles 1, whole warpgroups (warps 4, 8, 12, 16), "
-                                         "3 stages and Q in shared memory (q_in_regs 0)");
+    if (p.wgmma && (mt != 1 || w % 4 != 0 || qr != 0))
+        throw ConfigError("RTATTN_TILE", "the wgmma kernel needs m_tiles 1, whole warpgroups (warps 4, 8, 12, 16) "
+                                         "and Q in shared memory (q_in_regs 0)");
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
     p.reason = fmt::format("RTATTN_TILE override ({})", env);
 }
