@@ -40,13 +40,43 @@ namespace sm90 {
 using detail::u16;
 using detail::u32;
 
-template <int kPad>
-__device__ __forceinline__ int core_offset(int r, int c) {
-    return ((r >> 3) * (kPad / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
-}
+// Shared-memory layout of one tile (kRows x kPad, 16-bit), in the two forms wgmma reads:
+//  - kPad % 64 == 0: 128-byte swizzle. Panels of 64 columns; in a panel, row r is 128 contiguous bytes at r*128 and
+//    its 16-byte chunks are XOR-permuted by r % 8, so the 8 rows of an atom hit 8 different bank groups.
+//  - otherwise: interleaved (no swizzle). 8x8 core matrices of 128 contiguous bytes; core (r/8, c/8) at index
+//    (r/8)*(kPad/8) + c/8. Any multiple of 8 works, but reads of neighbouring cores share banks.
+template <int kRows, int kPad>
+struct TileLayout {
+    static constexpr bool kSwizzled = kPad % 64 == 0;
+    static constexpr int kPanelBytes = kRows * 128;
 
-// Loads rows x kHeadDim into the core layout. Eight consecutive threads fill one core (128 contiguous bytes, no
-// bank conflicts) from eight rows, so a warp still reads whole 32-byte sectors of each row.
+    static __device__ __forceinline__ int offset(int r, int c) {  // in elements
+        if constexpr (kSwizzled) {
+            const int byte = (c >> 6) * kPanelBytes + r * 128 + (c & 63) * 2;
+            return (byte ^ (((byte >> 7) & 7) << 4)) >> 1;
+        } else {
+            return ((r >> 3) * (kPad / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+        }
+    }
+    // K-major operand (Q or K): rows [row0, row0 + 8m) x columns [16*kk, 16*kk + 16).
+    static __device__ __forceinline__ wgmma::u64 k_major(u32 base, int row0, int kk) {
+        if constexpr (kSwizzled)  // LBO unused inside an atom; SBO = 8 rows of 128 bytes
+            return wgmma::desc(base + (kk >> 2) * kPanelBytes + row0 * 128 + (kk & 3) * 32, 16, 1024, 1);
+        else  // LBO: next core along K (128 B); SBO: next core row
+            return wgmma::desc(base + (row0 / 8) * (kPad / 8) * 128 + 2 * kk * 128, 128, (kPad / 8) * 128);
+    }
+    // N-major operand (V read transposed): K rows [16*kk, 16*kk + 16) x N columns [c0, c0 + width).
+    static __device__ __forceinline__ wgmma::u64 n_major(u32 base, int kk, int c0) {
+        if constexpr (kSwizzled)  // LBO: next 64-column panel; SBO: next 8 rows
+            return wgmma::desc(base + (c0 >> 6) * kPanelBytes + 16 * kk * 128, kPanelBytes, 1024, 1);
+        else  // LBO: next core along K (next core row); SBO: next core along N
+            return wgmma::desc(base + 2 * kk * (kPad / 8) * 128 + (c0 / 8) * 128, (kPad / 8) * 128, 128);
+    }
+};
+
+// Loads rows x kHeadDim into TileLayout<kRows, kPad>. Eight consecutive threads take the same 16-byte column chunk
+// of eight consecutive rows (one core, or one chunk per row of a swizzle atom: distinct bank groups either way), so
+// a warp still reads whole 32-byte sectors of each global row.
 template <int kRows, int kHeadDim, int kPad, int kVec, int kThreads>
 __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid) {
     constexpr int kPerRow = kHeadDim / kVec;
@@ -60,9 +90,9 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
         const bool valid = r < valid_rows;
         const u16* src = valid ? g + r * row_stride + c : g;
         if constexpr (kVec >= 2) {
-            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + core_offset<kPad>(r, c)), src, valid);
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + TileLayout<kRows, kPad>::offset(r, c)), src, valid);
         } else {
-            s[core_offset<kPad>(r, c)] = valid ? *src : u16(0);
+            s[TileLayout<kRows, kPad>::offset(r, c)] = valid ? *src : u16(0);
         }
     }
 }
@@ -104,11 +134,11 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     constexpr int kNB = T::kBlockN / 8;
     constexpr int kKQ = T::kPadQK / 16;
     constexpr int kNV = T::kPadV / 8;
-    constexpr int kCoreBytes = 128;
-    constexpr int kRowBlockQK = T::kPadQK / 8 * kCoreBytes;  // bytes between core rows of a Q/K tile
-    constexpr int kRowBlockV = T::kPadV / 8 * kCoreBytes;
+    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK>;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV>;
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    extern __shared__ __align__(1024) unsigned char smem_raw[];  // swizzle atoms are 1024-byte aligned
     u16* sQ = reinterpret_cast<u16*>(smem_raw);
     u16* sK = sQ + S::kQElems;
     u16* sV = sK + T::kStages * S::kKElems;
@@ -123,11 +153,12 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     const int q0 = cta.q0, n_blocks = cta.n_blocks;
     const u16 *gQ = cta.q, *gK = cta.k, *gV = cta.v;
 
-    auto at_qk = [](int r, int c) { return sm90::core_offset<T::kPadQK>(r, c); };
-    auto at_v = [](int r, int c) { return sm90::core_offset<T::kPadV>(r, c); };
-    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
-    detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
-    detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
+    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, LQ::offset);
+#pragma unroll
+    for (int st = 0; st < T::kStages; ++st) {
+        detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK + st * S::kKElems, tid, LK::offset);
+        detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV + st * S::kVElems, tid, LV::offset);
+    }
 
     auto load_kv = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
@@ -146,7 +177,8 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         ptx::cp_async_commit();
     }
 
-    const u32 q_addr = ptx::smem_u32(sQ) + wg * 8 * kRowBlockQK;  // this warpgroup's 64 rows
+    const u32 q_addr = ptx::smem_u32(sQ);
+    const int q_row0 = wg * 64;  // this warpgroup's rows
 
 
     float acc_o[1][kNV][4];
@@ -176,10 +208,9 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < kKQ; ++kk) {
-            const wgmma::u64 a = wgmma::desc(q_addr + 2 * kk * kCoreBytes, kCoreBytes, kRowBlockQK);
+            const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
             sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
-                const wgmma::u64 b = wgmma::desc(k_addr + (c0 / 8) * kRowBlockQK + 2 * kk * kCoreBytes, kCoreBytes,
-                                                 kRowBlockQK);
+                const wgmma::u64 b = LK::k_major(k_addr, c0, kk);
                 mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
             });
         }
@@ -199,8 +230,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 #pragma unroll
         for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
             sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
-                const wgmma::u64 b = wgmma::desc(v_addr + 2 * kk * kRowBlockV + (c0 / 8) * kCoreBytes, kRowBlockV,
-                                                 kCoreBytes);
+                const wgmma::u64 b = LV::n_major(v_addr, kk, c0);
                 mma.template rs<true>(&acc_o[0][c0 / 8][0], pa[kk], b, 1);
             });
         }

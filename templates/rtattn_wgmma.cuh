@@ -12,8 +12,10 @@ using ptx::u32;
 
 // Shared-memory matrix descriptor for the no-swizzle ("interleaved") canonical layout: 8x8 core matrices of 128
 // contiguous bytes; lbo = byte distance between cores adjacent along K, sbo = along M/N.
-__device__ __forceinline__ u64 desc(u32 smem_addr, u32 lbo, u32 sbo) {
-    return u64((smem_addr & 0x3FFFF) >> 4) | (u64((lbo & 0x3FFFF) >> 4) << 16) | (u64((sbo & 0x3FFFF) >> 4) << 32);
+// swizzle: 0 none (interleaved), 1 = 128-byte swizzle (atoms of 8 rows x 128 bytes, 1024-byte aligned).
+__device__ __forceinline__ u64 desc(u32 smem_addr, u32 lbo, u32 sbo, int swizzle = 0) {
+    return u64((smem_addr & 0x3FFFF) >> 4) | (u64((lbo & 0x3FFFF) >> 4) << 16) | (u64((sbo & 0x3FFFF) >> 4) << 32) |
+           (u64(swizzle) << 62);
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

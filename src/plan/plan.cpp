@@ -35,6 +35,10 @@ struct TileRow {
 // Rows were chosen by timing candidates on an H200 (tools/bench/tile_sweep.sh, bf16, S=16k; docs/PERFORMANCE.md).
 // The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
+    {true, 64, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=64"},
+    {true, 128, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=128"},
+    {true, 192, 128, 64, 8, 1, 2, false, "EXPERIMENT wgmma d<=192"},
+    {true, 256, 128, 64, 8, 1, 2, false, "EXPERIMENT wgmma d<=256"},
     {false, 64, 128, 64, 4, 2, 2, true,
      "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
     {false, 128, 128, 128, 8, 1, 2, true,
