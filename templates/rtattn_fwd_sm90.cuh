@@ -40,37 +40,56 @@ namespace sm90 {
 using detail::u16;
 using detail::u32;
 
-// Shared-memory layout of one tile (kRows x kPad, 16-bit), in the two forms wgmma reads:
-//  - kPad % 64 == 0: 128-byte swizzle. Panels of 64 columns; in a panel, row r is 128 contiguous bytes at r*128 and
-//    its 16-byte chunks are XOR-permuted by r % 8, so the 8 rows of an atom hit 8 different bank groups.
-//  - otherwise: interleaved (no swizzle). 8x8 core matrices of 128 contiguous bytes; core (r/8, c/8) at index
-//    (r/8)*(kPad/8) + c/8. Any multiple of 8 works, but reads of neighbouring cores share banks.
+// Shared-memory layout of one tile (kRows x kPad, 16-bit) as column panels, each in the widest form wgmma reads
+// without bank conflicts: panels of 64 columns with the 128-byte swizzle, then at most one panel each of 32 columns
+// (64-byte swizzle), 16 columns (32-byte swizzle) and 8 columns (interleaved, no swizzle) for the rest of the
+// padded width. In a panel of width W, row r is 2W contiguous bytes and its 16-byte chunks are XOR-permuted by
+// address bits 7.. (Swizzle<B,4,3>), so 8 rows of one chunk column land in 8 different bank groups. Panels are
+// ordered widest first, which keeps each one aligned to its swizzle atom (8 rows x 2W bytes).
+// (Interleaved layouts everywhere, tried first, ran at ~230 TFLOPS on an H200 where swizzled ones reach ~350.)
 template <int kRows, int kPad>
 struct TileLayout {
-    static constexpr bool kSwizzled = kPad % 64 == 0;
-    static constexpr int kPanelBytes = kRows * 128;
+    static constexpr int kN64 = kPad / 64;
+    static constexpr bool kHas32 = (kPad & 32) != 0, kHas16 = (kPad & 16) != 0, kHas8 = (kPad & 8) != 0;
+    static constexpr int kCol32 = kN64 * 64;                       // first column of the 32-wide panel
+    static constexpr int kCol16 = kCol32 + (kHas32 ? 32 : 0);
+    static constexpr int kCol8 = kCol16 + (kHas16 ? 16 : 0);
+    static constexpr int kPanel64Bytes = kRows * 128;
+    static constexpr int kBase32 = kN64 * kPanel64Bytes;            // byte offsets of the narrow panels
+    static constexpr int kBase16 = kBase32 + (kHas32 ? kRows * 64 : 0);
+    static constexpr int kBase8 = kBase16 + (kHas16 ? kRows * 32 : 0);
 
+    static __device__ __forceinline__ int swizzle(int byte, int bits) {
+        return byte ^ (((byte >> 7) & ((1 << bits) - 1)) << 4);
+    }
     static __device__ __forceinline__ int offset(int r, int c) {  // in elements
-        if constexpr (kSwizzled) {
-            const int byte = (c >> 6) * kPanelBytes + r * 128 + (c & 63) * 2;
-            return (byte ^ (((byte >> 7) & 7) << 4)) >> 1;
-        } else {
-            return ((r >> 3) * (kPad / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
-        }
+        int byte;
+        if (c < kCol32)
+            byte = (c >> 6) * kPanel64Bytes + swizzle(r * 128 + (c & 63) * 2, 3);
+        else if (kHas32 && c < kCol16)
+            byte = kBase32 + swizzle(r * 64 + (c - kCol32) * 2, 2);
+        else if (kHas16 && c < kCol8)
+            byte = kBase16 + swizzle(r * 32 + (c - kCol16) * 2, 1);
+        else
+            byte = kBase8 + r * 16 + (c - kCol8) * 2;
+        return byte >> 1;
     }
-    // K-major operand (Q or K): rows [row0, row0 + 8m) x columns [16*kk, 16*kk + 16).
+    // K-major operand (Q or K): rows [row0, row0 + 64) x columns [16*kk, 16*kk + 16). SBO = one 8-row atom; LBO is
+    // unused by swizzled K-major layouts (a k-step never leaves its panel).
     static __device__ __forceinline__ wgmma::u64 k_major(u32 base, int row0, int kk) {
-        if constexpr (kSwizzled)  // LBO unused inside an atom; SBO = 8 rows of 128 bytes
-            return wgmma::desc(base + (kk >> 2) * kPanelBytes + row0 * 128 + (kk & 3) * 32, 16, 1024, 1);
-        else  // LBO: next core along K (128 B); SBO: next core row
-            return wgmma::desc(base + (row0 / 8) * (kPad / 8) * 128 + 2 * kk * 128, 128, (kPad / 8) * 128);
+        const int c = 16 * kk;
+        if (c < kCol32)
+            return wgmma::desc(base + (c >> 6) * kPanel64Bytes + row0 * 128 + (c & 63) * 2, 16, 1024, 1);
+        if (kHas32 && c < kCol16) return wgmma::desc(base + kBase32 + row0 * 64 + (c - kCol32) * 2, 16, 512, 2);
+        return wgmma::desc(base + kBase16 + row0 * 32, 16, 256, 3);  // kPad is a multiple of 16: no 8-wide rest
     }
-    // N-major operand (V read transposed): K rows [16*kk, 16*kk + 16) x N columns [c0, c0 + width).
+    // N-major operand (V read transposed): K rows [16*kk, 16*kk + 16) x N columns from c0, as chunked by
+    // for_each_chunk (a 128-wide chunk spans two 64-column panels: LBO is the panel stride).
     static __device__ __forceinline__ wgmma::u64 n_major(u32 base, int kk, int c0) {
-        if constexpr (kSwizzled)  // LBO: next 64-column panel; SBO: next 8 rows
-            return wgmma::desc(base + (c0 >> 6) * kPanelBytes + 16 * kk * 128, kPanelBytes, 1024, 1);
-        else  // LBO: next core along K (next core row); SBO: next core along N
-            return wgmma::desc(base + 2 * kk * (kPad / 8) * 128 + (c0 / 8) * 128, (kPad / 8) * 128, 128);
+        if (c0 < kCol32) return wgmma::desc(base + (c0 >> 6) * kPanel64Bytes + 16 * kk * 128, kPanel64Bytes, 1024, 1);
+        if (kHas32 && c0 == kCol32) return wgmma::desc(base + kBase32 + 16 * kk * 64, 16, 512, 2);
+        if (kHas16 && c0 == kCol16) return wgmma::desc(base + kBase16 + 16 * kk * 32, 16, 256, 3);
+        return wgmma::desc(base + kBase8 + 16 * kk * 16, 128, 128, 0);  // interleaved: next core along K is 128 B on
     }
 };
 

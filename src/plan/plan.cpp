@@ -36,7 +36,7 @@ struct TileRow {
 // The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
     {true, 64, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=64"},
-    {true, 128, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=128"},
+    {true, 144, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=144"},
     {true, 192, 128, 64, 8, 1, 2, false, "EXPERIMENT wgmma d<=192"},
     {true, 256, 128, 64, 8, 1, 2, false, "EXPERIMENT wgmma d<=256"},
     {false, 64, 128, 64, 4, 2, 2, true,
