@@ -47,8 +47,27 @@ using detail::u32;
 // address bits 7.. (Swizzle<B,4,3>), so 8 rows of one chunk column land in 8 different bank groups. Panels are
 // ordered widest first, which keeps each one aligned to its swizzle atom (8 rows x 2W bytes).
 // (Interleaved layouts everywhere, tried first, ran at ~230 TFLOPS on an H200 where swizzled ones reach ~350.)
+template <int kRows, int kPad, bool kSwizzle>
+struct TileLayout;
+
+// Interleaved (no swizzle) throughout: 8x8 cores of 128 contiguous bytes, core (r/8, c/8) at index
+// (r/8)*(kPad/8) + c/8; LBO steps to the next core along K, SBO along M/N.
 template <int kRows, int kPad>
-struct TileLayout {
+struct TileLayout<kRows, kPad, false> {
+    static constexpr int kRowBlock = kPad / 8 * 128;  // bytes between core rows
+    static __device__ __forceinline__ int offset(int r, int c) {
+        return ((r >> 3) * (kPad / 8) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+    }
+    static __device__ __forceinline__ wgmma::u64 k_major(u32 base, int row0, int kk) {
+        return wgmma::desc(base + (row0 / 8) * kRowBlock + 2 * kk * 128, 128, kRowBlock);
+    }
+    static __device__ __forceinline__ wgmma::u64 n_major(u32 base, int kk, int c0) {
+        return wgmma::desc(base + 2 * kk * kRowBlock + (c0 / 8) * 128, kRowBlock, 128);
+    }
+};
+
+template <int kRows, int kPad>
+struct TileLayout<kRows, kPad, true> {
     static constexpr int kN64 = kPad / 64;
     static constexpr bool kHas32 = (kPad & 32) != 0, kHas16 = (kPad & 16) != 0, kHas8 = (kPad & 8) != 0;
     static constexpr int kCol32 = kN64 * 64;                       // first column of the 32-wide panel
@@ -93,10 +112,10 @@ struct TileLayout {
     }
 };
 
-// Loads rows x kHeadDim into TileLayout<kRows, kPad>. Eight consecutive threads take the same 16-byte column chunk
-// of eight consecutive rows (one core, or one chunk per row of a swizzle atom: distinct bank groups either way), so
+// Loads rows x kHeadDim into TileLayout<kRows, kPad, kSwizzle>. Eight consecutive threads take the same 16-byte
+// column chunk of eight consecutive rows (one core, or one chunk per row of a swizzle atom: distinct bank groups either way), so
 // a warp still reads whole 32-byte sectors of each global row.
-template <int kRows, int kHeadDim, int kPad, int kVec, int kThreads>
+template <int kRows, int kHeadDim, int kPad, bool kSwizzle, int kVec, int kThreads>
 __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid) {
     constexpr int kPerRow = kHeadDim / kVec;
     constexpr int kTotal = kRows * kPerRow;
@@ -109,9 +128,9 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
         const bool valid = r < valid_rows;
         const u16* src = valid ? g + r * row_stride + c : g;
         if constexpr (kVec >= 2) {
-            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + TileLayout<kRows, kPad>::offset(r, c)), src, valid);
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + TileLayout<kRows, kPad, kSwizzle>::offset(r, c)), src, valid);
         } else {
-            s[TileLayout<kRows, kPad>::offset(r, c)] = valid ? *src : u16(0);
+            s[TileLayout<kRows, kPad, kSwizzle>::offset(r, c)] = valid ? *src : u16(0);
         }
     }
 }
@@ -153,9 +172,9 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     constexpr int kNB = T::kBlockN / 8;
     constexpr int kKQ = T::kPadQK / 16;
     constexpr int kNV = T::kPadV / 8;
-    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK>;
-    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK>;
-    using LV = sm90::TileLayout<T::kBlockN, T::kPadV>;
+    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, T::kSwizzle>;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];  // swizzle atoms are 1024-byte aligned
     u16* sQ = reinterpret_cast<u16*>(smem_raw);
@@ -181,14 +200,14 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 
     auto load_kv = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
-        sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kVecQK, kThreads>(
+        sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, kThreads>(
             sK + slot * S::kKElems, gK + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, tid);
-        sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kVecV, kThreads>(
+        sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, kThreads>(
             sV + slot * S::kVElems, gV + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, tid);
     };
 
-    sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0,
-                                                                               tid);
+    sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, kThreads>(
+        sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid);
     ptx::cp_async_commit();
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {

@@ -35,6 +35,7 @@ std::string cache_key(const render::RenderedSource& src, const std::string& arch
 
 std::string plan_json(const plan::KernelPlan& p) {
     nlohmann::ordered_json j;
+    j["kernel"] = p.kernel();
     j["pad_qk"] = p.pad_qk;
     j["pad_v"] = p.pad_v;
     j["block_m"] = p.block_m;

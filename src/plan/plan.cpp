@@ -29,32 +29,40 @@ struct TileRow {
     int m_tiles;     // 16-row MMA tiles per warp: more tiles reuse each K/V fragment, at a register cost
     int stages;      // K/V cp.async ring depth
     bool q_in_regs;  // Q fragments loaded once into registers (vs. re-read from shared memory every K tile)
+    bool swizzle;    // wgmma only: swizzled column panels (else interleaved 8x8 cores throughout)
     const char* why;
 };
 
 // Rows were chosen by timing candidates on an H200 (tools/bench/tile_sweep.sh, bf16, S=16k; docs/PERFORMANCE.md).
 // The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
-    {true, 64, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=64"},
-    {true, 144, 128, 128, 8, 1, 2, false, "EXPERIMENT wgmma d<=144"},
-    {true, 192, 128, 64, 8, 1, 2, false, "EXPERIMENT wgmma d<=192"},
-    {true, 256, 128, 64, 8, 1, 2, false, "EXPERIMENT wgmma d<=256"},
-    {false, 64, 128, 64, 4, 2, 2, true,
+    // sm_90a: wgmma, 2 warpgroups x 64 rows, Q and K through shared-memory descriptors, P from registers.
+    {true, 64, 128, 64, 8, 1, 2, false, true,
+     "sm_90a, d<=64: wgmma with swizzled tiles; 64-key tiles (272/272 TFLOPS at d64 vs 243/238 with 128 keys and "
+     "272/256 for mma.sync)"},
+    {true, 96, 128, 64, 8, 1, 2, false, true,
+     "sm_90a, d<=96: wgmma with swizzled tiles, 64-key tiles (283/269 at d96 vs 260/250 with 128 keys, 257/248 "
+     "mma.sync)"},
+    {true, 128, 128, 128, 8, 1, 2, false, true,
+     "sm_90a, d<=128: wgmma with swizzled tiles, 128-key tiles (327-347 TFLOPS at d128 vs 281 for mma.sync, 231 "
+     "with interleaved tiles)"},
+    {true, 144, 128, 128, 8, 1, 2, false, false,
+     "sm_90a, 128<d<=144: wgmma with interleaved tiles: at d132 they ran 254 TFLOPS against 206 for the swizzled "
+     "panels (whose 16- and 8-wide tail panels this width needs) and 221 for mma.sync"},
+    {true, 256, 128, 64, 8, 1, 2, false, true,
+     "sm_90a, d<=256: wgmma with swizzled tiles; 64-key tiles leave registers for O (<=128 fp32/thread) and fit "
+     "two stages in 227 KB (d160 279, d192 316-356, d256 372 TFLOPS vs 240/250/268 for mma.sync)"},
+    // Every arch: mma.sync m16n8k16.
+    {false, 64, 128, 64, 4, 2, 2, true, false,
      "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
-    {false, 128, 128, 128, 8, 1, 2, true,
-     "d<=128: 8 warps x 16 rows keep O (<=64 fp32/thread) and Q fragments in registers; 128-key tiles halve the "
-     "per-tile softmax and barrier overhead (+12% over 64 at d128). On sm_90a the wgmma kernel measured slower "
-     "here (231 vs 279 TFLOPS at d128)"},
-    {true, 144, 128, 128, 8, 1, 2, false,
-     "sm_90a, 128<d<=144: wgmma, 2 warpgroups x 64 rows, Q and K through shared-memory descriptors, 128-key "
-     "tiles (253 vs 221 TFLOPS for mma.sync at d132)"},
-    {false, 144, 128, 128, 8, 1, 2, true,
-     "d<=144: as d<=128; O and Q fragments still fit in registers without spills"},
-    {false, 192, 128, 64, 8, 1, 2, false,
+    {false, 144, 128, 128, 8, 1, 2, true, false,
+     "d<=144: 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments in registers; 128-key tiles halve the "
+     "per-tile softmax and barrier overhead (+12% over 64 at d128)"},
+    {false, 192, 128, 64, 8, 1, 2, false, false,
      "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
-    {false, 256, 128, 64, 8, 1, 2, false,
+    {false, 256, 128, 64, 8, 1, 2, false, false,
      "d<=256: O needs 128 fp32/thread; 8 warps x 16 rows with Q in shared memory stay spill-free and beat FA2's "
-     "64x64/4-warp shape by 30% on Hopper (wgmma measured 251 vs 268 TFLOPS at d256)"},
+     "64x64/4-warp shape by 30% on Hopper"},
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -139,6 +147,7 @@ KernelPlan plan(const AttentionConfig& c) {
     p.m_tiles = row->m_tiles;
     p.stages = row->stages;
     p.q_in_regs = row->q_in_regs;
+    p.swizzle = row->swizzle;
     p.reason = row->why;
     apply_tile_override(p);
 
@@ -175,6 +184,7 @@ PlanSummary KernelPlan::summary() const {
     s.vec_v = vec_v;
     s.useful_flop_fraction = useful_flop_fraction();
     s.reason = reason;
+    s.kernel = kernel();
     return s;
 }
 

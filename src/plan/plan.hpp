@@ -26,9 +26,13 @@ struct KernelPlan {
     bool wgmma = false;  // Hopper warpgroup-MMA kernel (templates/rtattn_fwd_sm90.cuh), else mma.sync
     int block_m = 0, block_n = 0, warps = 0, m_tiles = 0, stages = 0;
     bool q_in_regs = false;
+    bool swizzle = false;  // wgmma only: swizzled column panels in shared memory (else interleaved cores)
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
     int threads() const { return warps * 32; }
+    const char* kernel() const {
+        return !wgmma ? "mma.sync" : swizzle ? "wgmma, swizzled tiles" : "wgmma, interleaved tiles";
+    }
     std::string reason;
 
     // Useful / issued MMA FLOPs per (query, key) pair: the cost of padding the head dims.

@@ -54,6 +54,7 @@ struct Traits {{
     static constexpr int kMTiles = {mt};
     static constexpr int kStages = {st};
     static constexpr bool kQInRegs = {qr};
+    static constexpr bool kSwizzle = {sw};
     static constexpr int kVecQK = {vq};
     static constexpr int kVecV = {vv};
 }};
@@ -69,7 +70,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const rtattn:
         fmt::arg("w", p.warps), fmt::arg("mt", p.m_tiles), fmt::arg("st", p.stages),
         fmt::arg("qloc", p.q_in_regs ? "registers" : "shared memory"), fmt::arg("why", p.reason),
         fmt::arg("bf16", p.bf16 ? "true" : "false"), fmt::arg("c", p.causal ? "true" : "false"),
-        fmt::arg("qr", p.q_in_regs ? "true" : "false"), fmt::arg("vq", p.vec_qk), fmt::arg("vv", p.vec_v),
+        fmt::arg("qr", p.q_in_regs ? "true" : "false"), fmt::arg("sw", p.swizzle ? "true" : "false"), fmt::arg("vq", p.vec_qk), fmt::arg("vv", p.vec_v),
         fmt::arg("smem", p.smem_bytes), fmt::arg("threads", p.threads()), fmt::arg("entry", kEntryName),
         fmt::arg("header", p.wgmma ? "rtattn_fwd_sm90.cuh" : "rtattn_fwd.cuh"),
         fmt::arg("shape", p.wgmma ? "FwdShapeSm90" : "FwdShape"),

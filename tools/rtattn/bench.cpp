@@ -124,6 +124,7 @@ nlohmann::json bench_one(Runtime& rt, const BenchOptions& o, int d, int S, bool 
     j["useful_flop_fraction"] = kernel.info().plan.useful_flop_fraction;
     j["tile"] = fmt::format("{}x{} w{} s{}", kernel.info().plan.block_m, kernel.info().plan.block_n,
                             kernel.info().plan.warps, kernel.info().plan.stages);
+    j["kernel"] = kernel.info().plan.kernel;
     return j;
 }
 
@@ -134,8 +135,8 @@ int run_throughput(const BenchOptions& o) {
     const auto dev = driver::current_device();
     fmt::print("# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}\n", dev.name, dev.arch(), dev.sms,
                dev.driver_version, version());
-    fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}\n", "d", "S", "B", "H", "causal",
-               "dtype", "ms", "TFLOPS", "regs", "tile");
+    fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
+               "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
     nlohmann::json rows = nlohmann::json::array();
     int failures = 0;
     for (const auto& dt : o.dtypes)
@@ -144,9 +145,10 @@ int run_throughput(const BenchOptions& o) {
                 for (bool causal : o.causal) {
                     try {
                         auto j = bench_one(rt, o, d, S, causal, dt);
-                        fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}\n", d, S,
+                        fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", d, S,
                                    j["B"].get<int>(), j["H"].get<int>(), causal ? 1 : 0, dt, j["ms"].get<double>(),
-                                   j["tflops"].get<double>(), j["registers"].get<int>(), j["tile"].get<std::string>());
+                                   j["tflops"].get<double>(), j["registers"].get<int>(), j["tile"].get<std::string>(),
+                                   j["kernel"].get<std::string>());
                         std::fflush(stdout);
                         rows.push_back(std::move(j));
                     } catch (const Error& e) {

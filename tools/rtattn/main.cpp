@@ -718,6 +718,7 @@ void print_info_text(const json& j) {
     fmt::print("plan for {}:\n", p["describe"].get<std::string>());
     fmt::print("  head dims: qk {} -> padded {}, v {} -> padded {}\n", p["head_dim_qk"].get<int>(),
                p["pad_qk"].get<int>(), p["head_dim_v"].get<int>(), p["pad_v"].get<int>());
+    fmt::print("  kernel: {}\n", p["kernel"].get<std::string>());
     fmt::print("  tiles: {}x{} (block_m x block_n), {} warps x {} m-tile(s), {} stage(s), Q in {}\n",
                p["block_m"].get<int>(), p["block_n"].get<int>(), p["warps"].get<int>(), p["m_tiles"].get<int>(),
                p["stages"].get<int>(), p["q_in_regs"].get<bool>() ? "registers" : "shared memory");
