@@ -1,10 +1,8 @@
 // Hopper (sm_90a) forward pass: the same online-softmax algorithm as rtattn_fwd.cuh, with both GEMMs issued as
 // warpgroup MMAs (wgmma). Each warpgroup (4 warps) owns 64 query rows; QK^T reads Q and K straight from shared
 // memory through descriptors, PV takes P from registers (the score accumulators, repacked) and V from shared memory
-// read transposed. K/V tiles stream through a cp.async ring as in the sm_80 kernel.
-//
-// Shared memory holds every tile as 8x8 "core matrices" of 128 contiguous bytes (the layout wgmma reads without a
-// swizzle): element (r, c) of a tile with kPad columns lives at core (r/8, c/8), core index (r/8)*(kPad/8) + c/8.
+// read transposed. K/V tiles stream through a cp.async ring as in the sm_80 kernel. Tiles sit in shared memory in
+// one of the layouts wgmma reads directly (TileLayout: swizzled column panels, or interleaved 8x8 cores).
 #pragma once
 #include "rtattn_params.h"
 #include "rtattn_ptx.cuh"
@@ -241,7 +239,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         const u32 v_addr = ptx::smem_u32(sV + slot * S::kVElems);
         const int n0 = j * T::kBlockN;
 
-        // S = Q K^T: A = Q (K-major), B = K (K-major); LBO steps along head_dim, SBO along rows.
+        // S = Q K^T: A = Q, B = K, both K-major (descriptors from TileLayout).
         float s[1][kNB][4];
         wgmma::fence();
 #pragma unroll
@@ -260,7 +258,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
             detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
-        // O += P V: A = P from registers, B = V read transposed (N-major): LBO steps along keys, SBO along dims.
+        // O += P V: A = P from registers, B = V read transposed (N-major).
         u32 pa[T::kBlockN / 16][4];
 #pragma unroll
         for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
