@@ -331,9 +331,8 @@ private:
     driver::DeviceBuffer lse_;
 };
 
-// Copies and fills run on the legacy stream; a non-blocking stream does not wait for it, so drain it first.
-// Not cuCtxSynchronize: built against CUDA 13 headers, driver::api() resolves it at CUDA_VERSION, which yields the
-// v13000 entry point (it takes a CUcontext) behind the old zero-argument type.
+// Copies and fills run on the legacy stream. driver::Stream is created blocking, so work on it already waits for
+// them; draining the legacy stream explicitly keeps the tests independent of that choice.
 void sync_legacy_stream() {
     driver::check(driver::api().cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize(legacy)");
 }
