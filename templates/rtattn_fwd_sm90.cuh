@@ -28,6 +28,9 @@ struct FwdShapeSm90 {
     static_assert(T::kBlockN % 16 == 0, "kBlockN is consumed in k-steps of 16 by PV");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
     static_assert(T::kStages >= 1 && T::kStages <= 3, "stages");
+    // Swizzle atoms (and TMA boxes with a swizzle) must start 1024-byte aligned: so must every tile.
+    static_assert(!T::kSwizzle || (2 * kQElems % 1024 == 0 && 2 * kKElems % 1024 == 0 && 2 * kVElems % 1024 == 0),
+                  "swizzled tiles need block_m/block_n x padded width x 2 bytes to be a multiple of 1024");
     // A Q-in-registers variant (QK^T with A from registers) gave wrong results on an H200 for some shapes (d64 with
     // 64-key tiles, d128 with 128-key tiles) and was removed; Q is always read through a descriptor.
     static_assert(!T::kQInRegs, "the wgmma kernel reads Q from shared memory");
@@ -91,6 +94,16 @@ struct TileLayout<kRows, kPad, true> {
             byte = kBase8 + r * 16 + (c - kCol8) * 2;
         return byte >> 1;
     }
+    // Calls f(kind, first column, byte offset) for each panel; kind 0..3 = width 64, 32, 16, 8 (the TMA map index
+    // in FwdParamsTma). A panel is exactly one TMA box with the matching swizzle mode.
+    template <class F>
+    static __device__ __forceinline__ void for_each_panel(F f) {
+#pragma unroll
+        for (int i = 0; i < kN64; ++i) f(0, i * 64, i * kPanel64Bytes);
+        if constexpr (kHas32) f(1, kCol32, kBase32);
+        if constexpr (kHas16) f(2, kCol16, kBase16);
+        if constexpr (kHas8) f(3, kCol8, kBase8);
+    }
     // K-major operand (Q or K): rows [row0, row0 + 64) x columns [16*kk, 16*kk + 16). SBO = one 8-row atom; LBO is
     // unused by swizzled K-major layouts (a k-step never leaves its panel).
     static __device__ __forceinline__ wgmma::u64 k_major(u32 base, int row0, int kk) {
@@ -113,11 +126,15 @@ struct TileLayout<kRows, kPad, true> {
 // Loads rows x kHeadDim into TileLayout<kRows, kPad, kSwizzle>. Eight consecutive threads take the same 16-byte
 // column chunk of eight consecutive rows (one core, or one chunk per row of a swizzle atom: distinct bank groups either way), so
 // a warp still reads whole 32-byte sectors of each global row.
-template <int kRows, int kHeadDim, int kPad, bool kSwizzle, int kVec, int kThreads>
-__device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid) {
+// kLoadRows rows (default: the whole tile) go to tile rows [row_base, row_base + kLoadRows). kUnroll trades
+// registers for issue rate (the producer warpgroup of the warp-specialized kernel runs on few registers).
+template <int kRows, int kHeadDim, int kPad, bool kSwizzle, int kVec, int kThreads, int kLoadRows = kRows,
+          int kUnroll = 4>
+__device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid,
+                                          int row_base = 0) {
     constexpr int kPerRow = kHeadDim / kVec;
-    constexpr int kTotal = kRows * kPerRow;
-#pragma unroll 4
+    constexpr int kTotal = kLoadRows * kPerRow;
+#pragma unroll kUnroll
     for (int i = tid; i < kTotal; i += kThreads) {
         const int rest = i >> 3;
         const int rb = rest / kPerRow;
@@ -125,10 +142,11 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
         const int c = (rest - rb * kPerRow) * kVec;
         const bool valid = r < valid_rows;
         const u16* src = valid ? g + r * row_stride + c : g;
+        const int at = TileLayout<kRows, kPad, kSwizzle>::offset(row_base + r, c);
         if constexpr (kVec >= 2) {
-            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + TileLayout<kRows, kPad, kSwizzle>::offset(r, c)), src, valid);
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + at), src, valid);
         } else {
-            s[TileLayout<kRows, kPad, kSwizzle>::offset(r, c)] = valid ? *src : u16(0);
+            s[at] = valid ? *src : u16(0);
         }
     }
 }

@@ -22,4 +22,20 @@ struct FwdParams {
     float scale;                // softmax_scale, for the natural-log LSE
 };
 
+// A CUtensorMap as cuTensorMapEncodeTiled writes it: 128 opaque bytes (aligned as cuda.h declares it).
+struct alignas(128) TmaMap {
+    unsigned long long raw[16];
+};
+
+// Parameters of the warp-specialized sm_90a kernel: the common block, plus tensor maps that let its producer load
+// K/V tiles with the tensor memory accelerator. One map per shared-memory panel width (index 0: 64 columns with
+// the 128-byte swizzle, 1: 32 / 64-byte, 2: 16 / 32-byte, 3: 8, no swizzle), box = panel width x kBlockN rows.
+struct FwdParamsTma {
+    FwdParams p;
+    TmaMap k_map[4];
+    TmaMap v_map[4];
+    int use_tma;      // 0: cp.async (base or a stride not 16-byte aligned, e.g. d132 heads packed as [B, S, H, D])
+    int tma_seq_dim;  // map dims are (head_dim, seq, head, batch) when 1, (head_dim, head, seq, batch) when 2
+};
+
 }  // namespace rtattn

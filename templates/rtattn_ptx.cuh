@@ -79,5 +79,57 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return r;
 }
 
+// mbarrier (shared-memory transaction barrier): the producer/consumer handshake of the warp-specialized kernel.
+// A phase completes when `count` arrivals have been made; waiters name the phase by its parity.
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }\n" ::"r"(bar) : "memory");
+}
+// Arrives once every cp.async this thread issued so far has landed; counts against the barrier's expected
+// arrivals (.noinc), so a barrier fed this way is initialised with the number of loading threads.
+__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// Arrives once and tells the barrier `bytes` more are coming from the tensor memory accelerator; the phase completes
+// when the arrivals and the bytes are all in.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+// TMA: copies one box of a 4-D tensor (coordinates innermost first) into shared memory, completing on `bar`.
+// `map` is the generic address of a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const void* map, int c0, int c1, int c2, int c3, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+}
+
+// Named barriers (id 0 is __syncthreads): `count` threads, a multiple of 32, take part.
+__device__ __forceinline__ void bar_sync(u32 id, u32 count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(u32 id, u32 count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Moves registers between warpgroups (sm_90a): the whole warpgroup executes it, with a compile-time count.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+
 }  // namespace ptx
 }  // namespace rtattn

@@ -84,12 +84,12 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Online softmax for one key block: new row max, rescale running sum and output by exp2((m_old - m_new) * c),
-// scores become unnormalized probabilities exp2(s * c - m_new * c).
-template <int kMT, int kNB, int kNV>
-__device__ __forceinline__ void online_softmax(float (&s)[kMT][kNB][4], float (&row_max)[kMT][2],
-                                               float (&row_sum)[kMT][2], float (&acc_o)[kMT][kNV][4],
-                                               float scale_log2) {
+// Online softmax for one key block, statistics part: new row max, running sum rescaled, scores become
+// unnormalized probabilities exp2(s * c - m_new * c). `corr` = exp2((m_old - m_new) * c) is the factor the output
+// accumulator must be multiplied by; the caller applies it (at once, or after an in-flight PV has landed).
+template <int kMT, int kNB>
+__device__ __forceinline__ void softmax_update(float (&s)[kMT][kNB][4], float (&row_max)[kMT][2],
+                                               float (&row_sum)[kMT][2], float (&corr)[kMT][2], float scale_log2) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -100,7 +100,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMT][kNB][4], float (&
             mx = quad_max(mx);
             // A row with every key masked so far keeps max -inf; using 0 avoids (-inf) - (-inf) = NaN.
             const float m_use = mx == neg_inf() ? 0.f : mx;
-            const float corr = ptx::fast_exp2((row_max[mt][h] - m_use) * scale_log2);
+            corr[mt][h] = ptx::fast_exp2((row_max[mt][h] - m_use) * scale_log2);
             row_max[mt][h] = mx;
             const float m_scaled = m_use * scale_log2;
             float sum = 0.f;
@@ -113,14 +113,32 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMT][kNB][4], float (&
                     sum += pe;
                 }
             }
-            row_sum[mt][h] = row_sum[mt][h] * corr + sum;
-#pragma unroll
-            for (int nb = 0; nb < kNV; ++nb) {
-                acc_o[mt][nb][2 * h] *= corr;
-                acc_o[mt][nb][2 * h + 1] *= corr;
-            }
+            row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + sum;
         }
     }
+}
+
+template <int kMT, int kNV>
+__device__ __forceinline__ void rescale(float (&acc_o)[kMT][kNV][4], const float (&corr)[kMT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nb = 0; nb < kNV; ++nb) {
+            acc_o[mt][nb][0] *= corr[mt][0];
+            acc_o[mt][nb][1] *= corr[mt][0];
+            acc_o[mt][nb][2] *= corr[mt][1];
+            acc_o[mt][nb][3] *= corr[mt][1];
+        }
+}
+
+// Both parts at once, for kernels with no PV in flight during the softmax.
+template <int kMT, int kNB, int kNV>
+__device__ __forceinline__ void online_softmax(float (&s)[kMT][kNB][4], float (&row_max)[kMT][2],
+                                               float (&row_sum)[kMT][2], float (&acc_o)[kMT][kNV][4],
+                                               float scale_log2) {
+    float corr[kMT][2];
+    softmax_update(s, row_max, row_sum, corr, scale_log2);
+    rescale(acc_o, corr);
 }
 
 // P for keys [16*kk, 16*kk + 16) as an m16k16 A fragment: the score C-fragment layout is the A-fragment layout.

@@ -470,6 +470,11 @@ std::vector<Case> shape_cases() {
                 for (auto [sq, sk] : kSeqlens)
                     out.push_back({.d_qk = d, .d_v = d, .dtype = dt, .causal = causal, .heads_q = 4, .heads_kv = 2,
                                    .batch = 3, .seqlen_q = sq, .seqlen_k = sk, .dist = Dist::normal});
+    // Long key ranges: the K/V ring wraps a dozen times, so every barrier phase flips many times per CTA.
+    for (int d : {100, 128, 132})
+        for (bool causal : kCausal)
+            out.push_back({.d_qk = d, .d_v = d, .causal = causal, .heads_q = 2, .heads_kv = 1, .batch = 1,
+                           .seqlen_q = 700, .seqlen_k = 3001, .dist = Dist::normal});
     return out;
 }
 

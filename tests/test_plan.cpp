@@ -1,4 +1,7 @@
 // The tile table: padding to the MMA shape, shared-memory budgets, and one answer for "supported?".
+#include <cstdlib>
+#include <string>
+
 #include "catch.hpp"
 #include "plan/plan.hpp"
 #include "rtattn/errors.hpp"
@@ -36,7 +39,8 @@ TEST_CASE("every head dim plans on every arch within its shared memory", "[plan]
             CAPTURE(arch, d);
             const auto p = plan(cfg(d, arch));
             CHECK(p.smem_bytes <= limit);
-            CHECK(p.smem_bytes == rtattn::plan::smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma));
+            CHECK(p.smem_bytes == rtattn::plan::smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma,
+                                                                   p.producer()));
             if (p.wgmma) CHECK(std::string(arch) == "sm_90a");
             CHECK(p.block_m == p.warps * p.m_tiles * 16);
             CHECK(p.block_n % 16 == 0);
@@ -45,6 +49,42 @@ TEST_CASE("every head dim plans on every arch within its shared memory", "[plan]
             CHECK(!p.reason.empty());
         }
     }
+}
+
+TEST_CASE("swizzled wgmma tiles keep every K/V tile on a 1024-byte swizzle atom", "[plan]") {
+    for (int dq : {16, 64, 100, 128, 132, 145, 160, 192, 200, 256})
+        for (int dv = 8; dv <= 256; dv += 8) {
+            CAPTURE(dq, dv);
+            const auto p = plan(cfg(dq, "sm_90a", dv));
+            if (!p.swizzle) continue;
+            CHECK(p.block_n * p.pad_qk * 2 % 1024 == 0);
+            CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
+            CHECK(p.block_m * p.pad_qk * 2 % 1024 == 0);
+        }
+    // 96-key tiles of d_v 152 would end mid-atom: the plan narrows the key tile rather than mis-address wgmma.
+    setenv("RTATTN_TILE", "128,96,8,1,2,0,2,1", 1);
+    const auto p = plan(cfg(145, "sm_90a"));
+    unsetenv("RTATTN_TILE");
+    CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
+    CHECK(p.block_n < 96);
+}
+
+TEST_CASE("the warp-specialized kernel adds a producer warpgroup and its barriers", "[plan]") {
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,2", 1);
+    const auto ws = plan(cfg(128, "sm_90a"));
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,0", 1);
+    const auto coop = plan(cfg(128, "sm_90a"));
+    unsetenv("RTATTN_TILE");
+    CHECK(ws.producer());
+    CHECK(!coop.producer());
+    CHECK(ws.threads() == coop.threads() + 128);
+    CHECK(ws.smem_bytes == coop.smem_bytes + 4 * 2 * 8);  // K/V full/empty barriers per stage
+    CHECK(ws.kernel().find("ping-pong") != std::string::npos);
+    setenv("RTATTN_TILE", "128,128,8,1,1,0,2", 1);
+    CHECK_THROWS_AS(plan(cfg(128, "sm_90a")), rtattn::ConfigError);  // the overlapped schedule needs 2 stages
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,2", 1);
+    CHECK(!plan(cfg(128, "sm_80")).producer());  // an mma.sync plan ignores the schedule field
+    unsetenv("RTATTN_TILE");
 }
 
 TEST_CASE("smaller shared memory steps the plan down and says so", "[plan]") {

@@ -66,7 +66,7 @@ struct PlanSummary {
     int smem_bytes = 0;
     int vec_qk = 0, vec_v = 0;         // elements per vector access: pointers and strides must be multiples
     double useful_flop_fraction = 0;  // useful / issued MMA FLOPs (padding waste)
-    std::string kernel;               // "mma.sync", "wgmma, swizzled tiles", "wgmma, interleaved tiles"
+    std::string kernel;               // e.g. "mma.sync", "wgmma, swizzled tiles, producer warpgroup, ping-pong"
     std::string reason;               // the plan table row's reason
 };
 

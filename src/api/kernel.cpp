@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "api/kernel_impl.hpp"
+#include "api/tma.hpp"
 #include "rtattn/errors.hpp"
 #include "rtattn_params.h"
 
@@ -98,7 +99,14 @@ void Kernel::forward(const ForwardArgs& a, void* stream) const {
     prm.scale = float(k.config.scale());
     prm.scale_log2 = float(k.config.scale() * 1.4426950408889634);
 
+    // The warp-specialized kernel takes the common block plus tensor maps for its TMA loads.
+    FwdParamsTma prm_tma{};
     void* params[] = {&prm};
+    if (k.plan.producer()) {
+        prm_tma.p = prm;
+        encode_kv_maps(k.plan, a, k.config.num_heads_kv, prm_tma);
+        params[0] = &prm_tma;
+    }
     const unsigned grid_x = unsigned((a.seqlen_q + k.plan.block_m - 1) / k.plan.block_m);
     driver::check(driver::api().cuLaunchKernel(k.module->function, grid_x, unsigned(k.config.num_heads_q),
                                                unsigned(a.batch), unsigned(k.plan.threads()), 1, 1,

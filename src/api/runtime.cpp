@@ -44,6 +44,7 @@ std::string plan_json(const plan::KernelPlan& p) {
     j["m_tiles"] = p.m_tiles;
     j["stages"] = p.stages;
     j["q_in_regs"] = p.q_in_regs;
+    j["threads"] = p.threads();
     j["smem_bytes"] = p.smem_bytes;
     j["useful_flop_fraction"] = p.useful_flop_fraction();
     j["reason"] = p.reason;

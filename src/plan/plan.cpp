@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -30,37 +31,46 @@ struct TileRow {
     int stages;      // K/V cp.async ring depth
     bool q_in_regs;  // Q fragments loaded once into registers (vs. re-read from shared memory every K tile)
     bool swizzle;    // wgmma only: swizzled column panels (else interleaved 8x8 cores throughout)
+    int schedule;    // wgmma only: 0 all warps load, 1 producer warpgroup + overlap, 2 as 1 with ping-pong
     const char* why;
 };
 
 // Rows were chosen by timing candidates on an H200 (tools/bench/tile_sweep.sh, bf16, S=16k; docs/PERFORMANCE.md).
 // The first row whose kernel the arch can run and whose max_pad covers the head dim wins.
 constexpr TileRow kTiles[] = {
-    // sm_90a: wgmma, 2 warpgroups x 64 rows, Q and K through shared-memory descriptors, P from registers.
-    {true, 64, 128, 64, 8, 1, 2, false, true,
-     "sm_90a, d<=64: wgmma with swizzled tiles; 64-key tiles (272/272 TFLOPS at d64 vs 243/238 with 128 keys and "
-     "272/256 for mma.sync)"},
-    {true, 96, 128, 64, 8, 1, 2, false, true,
-     "sm_90a, d<=96: wgmma with swizzled tiles, 64-key tiles (283/269 at d96 vs 260/250 with 128 keys, 257/248 "
-     "mma.sync)"},
-    {true, 128, 128, 128, 8, 1, 2, false, true,
-     "sm_90a, d<=128: wgmma with swizzled tiles, 128-key tiles (327-347 TFLOPS at d128 vs 281 for mma.sync, 231 "
-     "with interleaved tiles)"},
-    {true, 144, 128, 128, 8, 1, 2, false, false,
-     "sm_90a, 128<d<=144: wgmma with interleaved tiles: at d132 they ran 254 TFLOPS against 206 for the swizzled "
-     "panels (whose 16- and 8-wide tail panels this width needs) and 221 for mma.sync"},
-    {true, 256, 128, 64, 8, 1, 2, false, true,
-     "sm_90a, d<=256: wgmma with swizzled tiles; 64-key tiles leave registers for O (<=128 fp32/thread) and fit "
-     "two stages in 227 KB (d160 279, d192 316-356, d256 372 TFLOPS vs 240/250/268 for mma.sync)"},
+    // sm_90a: wgmma. A producer warpgroup streams K/V tiles (TMA where the layout allows, else cp.async) while
+    // 64-row consumer warpgroups overlap the softmax of block j with the PV of block j-1; schedule 2 also has the
+    // consumer warpgroups take turns on the tensor cores. Figures: H200, bf16, S=16k, non-causal/causal TFLOPS.
+    {true, 64, 192, 128, 12, 1, 2, false, true, 2,
+     "sm_90a, d<=64: three consumer warpgroups (192 rows) halve K/V traffic per FLOP: 526/495 TFLOPS at d64 vs "
+     "427/400 with 128 rows and 367/358 with 64-key tiles"},
+    {true, 96, 128, 128, 8, 1, 2, false, true, 2,
+     "sm_90a, d<=96: 128x128 tiles, 562/518 TFLOPS at d96 vs 475/444 with 64-key tiles; 192 rows spill at 160 "
+     "registers"},
+    {true, 128, 128, 128, 8, 1, 2, false, true, 1,
+     "sm_90a, d<=128: 128x128 tiles without turn-taking, 674/631 TFLOPS at d128 vs 611/628 with it, 626/633 with 3 "
+     "stages, 525/520 with 64-key tiles, 379/355 with 176 keys (spills)"},
+    {true, 144, 128, 128, 8, 1, 2, false, false, 0,
+     "sm_90a, 128<d<=144: these widths are mostly d132-like (not a multiple of 8), whose packed heads TMA cannot "
+     "address; the cooperative kernel with interleaved tiles is the fastest cp.async design timed: 253/238 TFLOPS at "
+     "d132 vs 243/228 warp-specialized and 193/183 with swizzled tiles"},
+    {true, 160, 128, 128, 8, 1, 2, false, true, 2,
+     "sm_90a, 128<d<=160: 128x128 tiles, 678/655 TFLOPS at d160 vs 609/582 with 96 keys, 561/538 with 64"},
+    {true, 192, 128, 112, 8, 1, 2, false, true, 2,
+     "sm_90a, d<=192: 112-key tiles (fewer where a 1024-byte tile alignment needs it), 663/609 TFLOPS at d192 vs "
+     "620/606 with 96 keys and 629/578 with 64"},
+    {true, 256, 128, 64, 8, 1, 2, false, true, 2,
+     "sm_90a, d<=256: 64-key tiles leave registers for O (128 fp32/thread): 699/610 TFLOPS at d256 vs 670/614 "
+     "without turn-taking and 648/583 with 80 keys (spills when causal)"},
     // Every arch: mma.sync m16n8k16.
-    {false, 64, 128, 64, 4, 2, 2, true, false,
+    {false, 64, 128, 64, 4, 2, 2, true, false, 0,
      "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
-    {false, 144, 128, 128, 8, 1, 2, true, false,
+    {false, 144, 128, 128, 8, 1, 2, true, false, 0,
      "d<=144: 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments in registers; 128-key tiles halve the "
      "per-tile softmax and barrier overhead (+12% over 64 at d128)"},
-    {false, 192, 128, 64, 8, 1, 2, false, false,
+    {false, 192, 128, 64, 8, 1, 2, false, false, 0,
      "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
-    {false, 256, 128, 64, 8, 1, 2, false, false,
+    {false, 256, 128, 64, 8, 1, 2, false, false, 0,
      "d<=256: O needs 128 fp32/thread; 8 warps x 16 rows with Q in shared memory stay spill-free and beat FA2's "
      "64x64/4-warp shape by 30% on Hopper"},
 };
@@ -75,15 +85,17 @@ int vec_for(int d) {
 // Mirrors FwdShape::stride_for: an odd number of 16-byte chunks per shared-memory row.
 constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
 
-// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs" replaces the table row: a tuning knob for timing
-// variants without a rebuild. The rendered source (and so the cache key) carries the choice.
+// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle]]" replaces the table row: a
+// tuning knob for timing variants without a rebuild. The rendered source (and so the cache key) carries the choice.
 void apply_tile_override(KernelPlan& p) {
     const char* env = std::getenv("RTATTN_TILE");
     if (!env || !*env) return;
-    int v[6];
-    if (std::sscanf(env, "%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
-        throw ConfigError("RTATTN_TILE", fmt::format("'{}' is not block_m,block_n,warps,m_tiles,stages,q_in_regs", env));
-    const auto [bm, bn, w, mt, st, qr] = v;
+    int v[8] = {0, 0, 0, 0, 0, 0, p.schedule, p.swizzle ? 1 : 0};
+    const int n = std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+    if (n < 6)
+        throw ConfigError("RTATTN_TILE", fmt::format("'{}' is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
+                                                     "[,schedule[,swizzle]]", env));
+    const auto [bm, bn, w, mt, st, qr, sched, sw] = v;
     if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
         throw ConfigError("RTATTN_TILE", fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
                                                      bm, w, mt));
@@ -93,8 +105,23 @@ void apply_tile_override(KernelPlan& p) {
     if (p.wgmma && (mt != 1 || w % 4 != 0 || qr != 0))
         throw ConfigError("RTATTN_TILE", "the wgmma kernel needs m_tiles 1, whole warpgroups (warps 4, 8, 12, 16) "
                                          "and Q in shared memory (q_in_regs 0)");
+    if (sched < 0 || sched > 2 || (sched > 0 && p.wgmma && (w > 12 || st < 2)))
+        throw ConfigError("RTATTN_TILE", fmt::format("schedule ({}) must be 0..2; 1 and 2 (wgmma only, ignored by "
+                                                     "mma.sync plans) need at most 12 MMA warps and 2+ stages", sched));
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
+    p.schedule = p.wgmma ? sched : 0;
+    p.swizzle = p.wgmma && sw != 0;
     p.reason = fmt::format("RTATTN_TILE override ({})", env);
+}
+
+// Swizzled wgmma tiles start on 1024-byte swizzle-atom boundaries, so K and V tiles of block_n rows must be whole
+// multiples of 1024 bytes (64 rows always are; 96 rows of d_v 145, padded to 152, are not): narrow the key tile,
+// or fall back to interleaved tiles, which have no such constraint.
+void align_swizzled_tiles(KernelPlan& p) {
+    if (!p.wgmma || !p.swizzle) return;
+    auto aligned = [&] { return p.block_n * p.pad_qk * 2 % 1024 == 0 && p.block_n * p.pad_v * 2 % 1024 == 0; };
+    while (!aligned() && p.block_n > 16) p.block_n -= 16;
+    if (!aligned()) p.swizzle = false;
 }
 
 }  // namespace
@@ -105,12 +132,14 @@ const ArchInfo& arch_info(const std::string& arch) {
     throw ConfigError("arch", fmt::format("'{}' cannot be planned; supported: {}", arch, known_archs()));
 }
 
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma) {
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer) {
     // wgmma tiles are stored as packed 8x8 core matrices (no row padding); mma.sync tiles as padded rows.
     const int sqk = wgmma ? pad_qk : smem_stride(pad_qk), sv = wgmma ? pad_v : smem_stride(pad_v);
     const int main_elems = block_m * sqk + stages * block_n * (sqk + sv);
     const int o_elems = block_m * smem_stride(pad_v);  // the epilogue stages O in padded rows
-    return 2 * (main_elems > o_elems ? main_elems : o_elems);
+    const int bytes = 2 * (main_elems > o_elems ? main_elems : o_elems);
+    // The producer/consumer kernel adds four mbarriers per ring slot (K and V full/empty) after the tiles.
+    return producer ? round_up(bytes, 8) + 4 * stages * 8 : bytes;
 }
 
 KernelPlan plan(const AttentionConfig& c) {
@@ -148,27 +177,49 @@ KernelPlan plan(const AttentionConfig& c) {
     p.stages = row->stages;
     p.q_in_regs = row->q_in_regs;
     p.swizzle = row->swizzle;
+    p.schedule = row->schedule;
     p.reason = row->why;
+    if (p.producer() && (p.vec_qk < 8 || p.vec_v < 8)) {
+        // A head dim that is not a multiple of 8 leaves packed heads off 16-byte boundaries: no TMA, and the
+        // warp-specialized kernel's cp.async fallback ran slower than the cooperative kernel (d132: 243 vs 253
+        // TFLOPS; d100: 146).
+        p.schedule = 0;
+        p.reason += "; head dim not a multiple of 8 (no TMA): cooperative kernel";
+        if (p.block_m > 128) {  // 192 rows spill in the cooperative kernel; its own d<=64 tile ran 272/272 TFLOPS
+            p.block_m = 128, p.warps = 8, p.block_n = 64;
+            p.reason += ", 128x64 tiles";
+        }
+    }
     apply_tile_override(p);
 
+    align_swizzled_tiles(p);
     // Arches with less shared memory: narrow the key tile to 64 first (per-tile overhead grows, but the pipeline
     // keeps hiding load latency), then give up pipeline depth, then narrow further.
-    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma);
+    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma, p.producer());
     while (p.smem_bytes > ai.smem_optin) {
         if (p.block_n > 64)
-            p.block_n /= 2;
-        else if (p.stages > 1)
+            p.block_n = std::max(64, p.block_n / 32 * 16);  // halve, staying a multiple of 16
+        else if (p.stages > (p.producer() ? 2 : 1))
             --p.stages;
         else if (p.block_n > 16)
             p.block_n /= 2;
         else
             throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; d{}/{} needs {} B",
                                                   ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
-        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma);
+        align_swizzled_tiles(p);
+        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma, p.producer());
         p.reason += fmt::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
                                 ai.smem_optin / 1024);
     }
     return p;
+}
+
+std::string KernelPlan::kernel() const {
+    if (!wgmma) return "mma.sync";
+    std::string k = swizzle ? "wgmma, swizzled tiles" : "wgmma, interleaved tiles";
+    if (schedule == 1) k += ", producer warpgroup";
+    if (schedule == 2) k += ", producer warpgroup, ping-pong";
+    return k;
 }
 
 PlanSummary KernelPlan::summary() const {

@@ -27,12 +27,14 @@ struct KernelPlan {
     int block_m = 0, block_n = 0, warps = 0, m_tiles = 0, stages = 0;
     bool q_in_regs = false;
     bool swizzle = false;  // wgmma only: swizzled column panels in shared memory (else interleaved cores)
+    // wgmma only. 0: every warp loads and computes (templates/rtattn_fwd_sm90.cuh). 1: a producer warpgroup loads,
+    // consumers overlap softmax with PV (rtattn_fwd_sm90_ws.cuh). 2: as 1, consumer warpgroups take turns (ping-pong).
+    int schedule = 0;
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
-    int threads() const { return warps * 32; }
-    const char* kernel() const {
-        return !wgmma ? "mma.sync" : swizzle ? "wgmma, swizzled tiles" : "wgmma, interleaved tiles";
-    }
+    bool producer() const { return wgmma && schedule > 0; }
+    int threads() const { return warps * 32 + (producer() ? 128 : 0); }  // `warps` counts the MMA warps
+    std::string kernel() const;
     std::string reason;
 
     // Useful / issued MMA FLOPs per (query, key) pair: the cost of padding the head dims.
@@ -48,6 +50,6 @@ KernelPlan plan(const AttentionConfig& config);
 
 // Shared memory the kernel template will declare for these tiles (mirrors FwdShape / FwdShapeSm90 in templates/;
 // the rendered stub static_asserts the two agree).
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma);
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer);
 
 }  // namespace rtattn::plan

@@ -6,7 +6,7 @@
 namespace rtattn::tools {
 
 struct BenchOptions {
-    std::vector<int> head_dims = {64, 80, 96, 128, 132, 160, 192, 256};
+    std::vector<int> head_dims = {64, 80, 96, 100, 128, 132, 160, 192, 256};
     std::vector<int> seqlens = {1024, 4096, 16384};
     std::vector<bool> causal = {false, true};
     std::vector<std::string> dtypes = {"bf16"};

@@ -1,0 +1,302 @@
+// Hopper (sm_90a) forward pass, warp-specialized. Same tiles, layouts and GEMM issue as rtattn_fwd_sm90.cuh; what
+// changes is who waits for what:
+//  - one producer warpgroup streams K and V tiles through a ring (one TMA box per panel where the layout allows,
+//    else cp.async by all 128 producer threads) and announces each landed tile on an mbarrier; the consumer
+//    warpgroups (64 query rows each) never load K/V and never meet at a CTA-wide barrier, and the producer gives
+//    its registers to them (setmaxnreg);
+//  - per key block j a consumer issues QK^T(j) and PV(j-1) back to back, runs the softmax of block j while PV(j-1)
+//    is still on the tensor cores, then rescales O (FlashAttention-3's intra-warpgroup overlap);
+//  - with kPingPong, consumer warpgroups take turns issuing their GEMMs (named barriers), so one warpgroup's
+//    softmax runs under the other's GEMMs instead of all of them hitting the softmax at once.
+// K and V have separate "full" and "empty" barriers: K of block j is released as soon as QK^T(j) is done, one
+// iteration before V, so the next K load starts early.
+#pragma once
+#include "rtattn_fwd_sm90.cuh"
+
+namespace rtattn {
+
+template <class T>
+struct FwdShapeSm90Ws {
+    using Base = FwdShapeSm90<T>;
+    static constexpr int kConsumers = T::kWarps / 4;                 // consumer warpgroups
+    static constexpr int kConsumerThreads = T::kWarps * 32;
+    static constexpr int kThreads = kConsumerThreads + 128;          // + the producer warpgroup
+    static constexpr int kBarrierOffset = (Base::kSmemBytes + 7) / 8 * 8;
+    static constexpr int kBarriers = 4 * T::kStages;  // per slot: K full/empty, V full/empty
+    static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers;
+    // Register split (65536 per SM, one CTA). The producer computes cp.async addresses (the TMA path needs next to
+    // nothing); consumers hold O, S and P. Wide O (d_v > 160) takes the registers from the producer.
+    // Two different load loops (d_qk != d_v) cost the producer more registers; narrow O can spare them.
+    static constexpr bool kMixed = T::kHeadDimQK != T::kHeadDimV && T::kPadV <= 128;
+    static constexpr int kProducerRegs = kConsumers == 3 ? 32 : T::kPadV > 160 ? 56 : kMixed ? 72 : 64;
+    static constexpr int kConsumerRegs =
+        kConsumers == 3 ? 160 : kConsumers == 1 ? 240 : T::kPadV > 160 ? 224 : kMixed ? 208 : 216;
+    // cp.async fallback: unrolling the producer's load loop 4x keeps more copies in flight (+13% at d128 on an
+    // H200 over no unroll); with 3 consumers the producer has 32 registers and no unroll.
+    static constexpr int kLoadUnroll = kConsumers == 3 ? 1 : 4;
+    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register split");
+    static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
+    static_assert(T::kStages >= 2, "the overlapped schedule holds block j's K and block j-1's V at once");
+};
+
+namespace sm90 {
+// Named barrier ids (0 is __syncthreads): 1..3 turn-taking, 4..6 per-warpgroup Q, 7 consumer epilogue.
+constexpr int kBarTurn = 1, kBarQ = 4, kBarEpilogue = 7;
+
+template <int kVec>
+__device__ __forceinline__ void signal_loaded(u32 bar) {
+    if constexpr (kVec >= 2)
+        ptx::mbar_arrive_cp_async(bar);  // fires when this thread's cp.asyncs have landed
+    else
+        ptx::mbar_arrive(bar);           // plain stores (odd head dims): already done, the arrive releases them
+}
+}  // namespace sm90
+
+// TMA producer, one warp (lane 0 does the work): a box per panel and tile, completing on the slot's full barrier.
+// Rows past seqlen_k and columns past the head dim arrive as zeros, so tails and padding need no extra work.
+template <class T>
+__device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
+                                            detail::u32 bars, int n_blocks, int lane) {
+    using detail::u32;
+    using B = FwdShapeSm90<T>;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
+    constexpr int kSt = T::kStages;
+    if (lane != 0) return;
+    const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = blockIdx.z;
+    for (int j = 0; j < n_blocks; ++j) {
+        const int slot = j % kSt, k0 = j * T::kBlockN;
+        const u32 full_k = bars + 8 * slot, full_v = bars + 8 * (kSt + slot);
+        const u32 empty_k = bars + 8 * (2 * kSt + slot), empty_v = bars + 8 * (3 * kSt + slot);
+        const u32 parity = ((j / kSt) & 1) ^ 1;  // phase of the slot's previous occupant's release
+        const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
+        const int c1 = pt.tma_seq_dim == 1 ? k0 : kv_head, c2 = pt.tma_seq_dim == 1 ? kv_head : k0;
+        if (j >= kSt) ptx::mbar_wait(empty_k, parity);
+        ptx::mbar_arrive_expect_tx(full_k, 2 * B::kKElems);
+        LK::for_each_panel([&](int kind, int col, int offset) {
+            ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], col, c1, c2, batch, full_k);
+        });
+        if (j >= kSt) ptx::mbar_wait(empty_v, parity);
+        ptx::mbar_arrive_expect_tx(full_v, 2 * B::kVElems);
+        LV::for_each_panel([&](int kind, int col, int offset) {
+            ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], col, c1, c2, batch, full_v);
+        });
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
+    const FwdParams& p = pt.p;
+    using S = FwdShapeSm90Ws<T>;
+    using B = FwdShapeSm90<T>;
+    using detail::u16;
+    using detail::u32;
+    constexpr int kNC = S::kConsumers;
+    constexpr int kSt = T::kStages;
+    constexpr int kNB = T::kBlockN / 8;
+    constexpr int kKQ = T::kPadQK / 16;
+    constexpr int kNV = T::kPadV / 8;
+    constexpr int kKP = T::kBlockN / 16;
+    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, T::kSwizzle>;
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    u16* sQ = reinterpret_cast<u16*>(smem_raw);
+    u16* sK = sQ + B::kQElems;
+    u16* sV = sK + kSt * B::kKElems;
+    const u32 bars = ptx::smem_u32(smem_raw + S::kBarrierOffset);
+    auto full_k = [&](int slot) { return bars + 8 * slot; };
+    auto full_v = [&](int slot) { return bars + 8 * (kSt + slot); };
+    auto empty_k = [&](int slot) { return bars + 8 * (2 * kSt + slot); };
+    auto empty_v = [&](int slot) { return bars + 8 * (3 * kSt + slot); };
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wg = warp >> 2;  // 0..kNC-1: consumers; kNC: producer
+    const int seqlen_q = p.seqlen_q;
+    const int seqlen_k = p.seqlen_k;
+    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kBlockM, T::kBlockN>(p);
+    const int q0 = cta.q0, n_blocks = cta.n_blocks;
+
+    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, S::kThreads>(sQ, tid, LQ::offset);
+#pragma unroll
+    for (int st = 0; st < kSt; ++st) {
+        detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, S::kThreads>(sK + st * B::kKElems, tid, LK::offset);
+        detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, S::kThreads>(sV + st * B::kVElems, tid, LV::offset);
+    }
+    if (tid == 0) {
+        // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile.
+        const u32 loaders = T::kSwizzle && pt.use_tma != 0 ? 1 : 128;
+        for (int st = 0; st < kSt; ++st) {
+            ptx::mbar_init(full_k(st), loaders);
+            ptx::mbar_init(full_v(st), loaders);
+            ptx::mbar_init(empty_k(st), T::kWarps);  // one arrival per consumer warp
+            ptx::mbar_init(empty_v(st), T::kWarps);
+        }
+    }
+    wgmma::fence_proxy_async();  // the zeroed pad columns, visible to wgmma
+    __syncthreads();
+
+    if (wg == kNC) {
+        // Producer: block j goes to slot j % kSt once every consumer warp has released that slot's previous
+        // occupant (block j - kSt), whose release completed phase j/kSt - 1 of the empty barrier.
+        ptx::setmaxnreg_dec<S::kProducerRegs>();
+        if constexpr (T::kSwizzle) {
+            if (pt.use_tma != 0) {
+                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, bars, n_blocks, lane);
+                return;
+            }
+        }
+        const int ptid = tid - S::kConsumerThreads;
+        for (int j = 0; j < n_blocks; ++j) {
+            const int slot = j % kSt, k0 = j * T::kBlockN;
+            const u32 parity = ((j / kSt) & 1) ^ 1;
+            if (j >= kSt) ptx::mbar_wait(empty_k(slot), parity);
+            sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN, S::kLoadUnroll>(
+                sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, ptid);
+            sm90::signal_loaded<T::kVecQK>(full_k(slot));
+            if (j >= kSt) ptx::mbar_wait(empty_v(slot), parity);
+            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN, S::kLoadUnroll>(
+                sV + slot * B::kVElems, cta.v + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, ptid);
+            sm90::signal_loaded<T::kVecV>(full_v(slot));
+        }
+        ptx::cp_async_wait<0>();  // exit with nothing in flight
+        return;
+    }
+
+    ptx::setmaxnreg_inc<S::kConsumerRegs>();
+    const int ctid = tid & 127;  // thread within the warpgroup
+    const int q_row0 = wg * 64;
+    // Each consumer warpgroup loads its own 64 Q rows while the producer starts on K/V.
+    sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
+        sQ, cta.q + (long long)q_row0 * p.q_seq_stride, p.q_seq_stride, seqlen_q - q0 - q_row0, ctid, q_row0);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    ptx::bar_sync(sm90::kBarQ + wg, 128);
+
+    // Turn-taking: warpgroup c issues after c-1 has issued (warpgroup 0 after the last one); the last warpgroup
+    // opens the first turn.
+    auto my_turn = [&] {
+        if constexpr (T::kPingPong && kNC > 1) ptx::bar_sync(sm90::kBarTurn + wg, 256);
+    };
+    auto pass_turn = [&] {
+        if constexpr (T::kPingPong && kNC > 1) ptx::bar_arrive(sm90::kBarTurn + (wg + 1) % kNC, 256);
+    };
+    if constexpr (T::kPingPong && kNC > 1)
+        if (wg == kNC - 1) ptx::bar_arrive(sm90::kBarTurn, 256);
+
+    const u32 q_addr = ptx::smem_u32(sQ);
+    auto wait_full = [&](u32 bar, int block) {
+        ptx::mbar_wait(bar, (block / kSt) & 1);
+        wgmma::fence_proxy_async();  // the producer's generic-proxy writes, ordered before this thread's wgmma
+    };
+    auto release = [&](u32 bar) {
+        if (lane == 0) ptx::mbar_arrive(bar);
+    };
+    // S = Q K^T: A = Q, B = K, both K-major.
+    auto issue_qk = [&](float (&s)[1][kNB][4], int slot) {
+        const u32 k_addr = ptx::smem_u32(sK + slot * B::kKElems);
+#pragma unroll
+        for (int kk = 0; kk < kKQ; ++kk) {
+            const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
+            sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
+                mma.ss(&s[0][c0 / 8][0], a, LK::k_major(k_addr, c0, kk), kk > 0);
+            });
+        }
+        wgmma::commit();
+    };
+    // O += P V: A = P from registers, B = V read transposed (N-major).
+    auto issue_pv = [&](float (&acc)[1][kNV][4], const u32 (&pa)[kKP][4], int slot) {
+        const u32 v_addr = ptx::smem_u32(sV + slot * B::kVElems);
+#pragma unroll
+        for (int kk = 0; kk < kKP; ++kk) {
+            sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
+                mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
+            });
+        }
+        wgmma::commit();
+    };
+    // Scores of block j (landed in s) -> masked, statistics updated; `corr` is what O must be scaled by.
+    float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
+    float row_sum[1][2] = {{0.f, 0.f}};
+    auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
+        const int n0 = j * T::kBlockN;
+        if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
+            detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
+        detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
+    };
+    auto pack = [&](const float (&s)[1][kNB][4], u32 (&pa)[kKP][4]) {
+#pragma unroll
+        for (int kk = 0; kk < kKP; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
+    };
+
+    float acc_o[1][kNV][4];
+#pragma unroll
+    for (int nb = 0; nb < kNV; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][nb][e] = 0.f;
+
+    if (n_blocks > 0) {
+        u32 pa[kKP][4];  // P of the block whose PV is issued next
+        {
+            float s[1][kNB][4];
+            float corr[1][2];  // O is still zero: nothing to rescale
+            wait_full(full_k(0), 0);
+            my_turn();
+            wgmma::fence();
+            issue_qk(s, 0);
+            pass_turn();
+            wgmma::wait<0>();
+            sm90::fence_regs<kNB * 4>(&s[0][0][0]);
+            release(empty_k(0));
+            softmax_to_p(s, 0, corr);
+            pack(s, pa);
+        }
+        for (int j = 1; j < n_blocks; ++j) {
+            const int slot = j % kSt, prev = (j - 1) % kSt;
+            float s[1][kNB][4];
+            float corr[1][2];
+            wait_full(full_k(slot), j);
+            wait_full(full_v(prev), j - 1);
+            my_turn();
+            wgmma::fence();
+            issue_qk(s, slot);
+            issue_pv(acc_o, pa, prev);
+            pass_turn();
+            wgmma::wait<1>();  // QK^T(j) done; PV(j-1) may still run
+            sm90::fence_regs<kNB * 4>(&s[0][0][0]);
+            release(empty_k(slot));
+            softmax_to_p(s, j, corr);
+            wgmma::wait<0>();
+            sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
+            sm90::fence_regs<kKP * 4>(&pa[0][0]);
+            release(empty_v(prev));
+            detail::rescale(acc_o, corr);
+            // P is packed only now: writing pa while PV(j-1) still reads it would serialize the wgmma pipeline.
+            pack(s, pa);
+        }
+        const int last = (n_blocks - 1) % kSt;
+        wait_full(full_v(last), n_blocks - 1);
+        my_turn();
+        wgmma::fence();
+        issue_pv(acc_o, pa, last);
+        pass_turn();
+        wgmma::wait<0>();
+        sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
+        sm90::fence_regs<kKP * 4>(&pa[0][0]);
+    }
+    // The last warpgroup's final pass_turn (or its opening one, with no key blocks) is still pending on
+    // warpgroup 0's barrier: take it, so no arrival outlives the CTA.
+    if constexpr (T::kPingPong && kNC > 1)
+        if (wg == 0) ptx::bar_sync(sm90::kBarTurn, 256);
+
+    ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);  // the staging area aliases Q/K/V
+    detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
+    ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, sQ, q0, tid);
+}
+
+}  // namespace rtattn
