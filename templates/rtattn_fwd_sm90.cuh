@@ -177,6 +177,43 @@ __device__ __forceinline__ void fence_regs(u32* r) {
     for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// One warpgroup's S(64 x kBlockN) = Q K^T: A = Q rows [q_row0, q_row0 + 64), B = K, both K-major. Issued and
+// committed as one wgmma group; the caller fences before and waits after.
+template <class T>
+__device__ __forceinline__ void issue_qk(float (&s)[1][T::kBlockN / 8][4], u32 q_addr, int q_row0, u32 k_addr) {
+    using LQ = TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
+    using LK = TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
+#pragma unroll
+    for (int kk = 0; kk < T::kPadQK / 16; ++kk) {
+        const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
+        for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
+            mma.ss(&s[0][c0 / 8][0], a, LK::k_major(k_addr, c0, kk), kk > 0);
+        });
+    }
+    wgmma::commit();
+}
+
+// O(64 x kPadV) += P V: A = P from registers, B = V read transposed (N-major). One committed group.
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&acc)[1][T::kPadV / 8][4], const u32 (&pa)[T::kBlockN / 16][4],
+                                         u32 v_addr) {
+    using LV = TileLayout<T::kBlockN, T::kPadV, T::kSwizzle>;
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
+            mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
+        });
+    }
+    wgmma::commit();
+}
+
+// P (the softmaxed scores) as wgmma A fragments, 16 keys per k-step.
+template <class T>
+__device__ __forceinline__ void pack_p(const float (&s)[1][T::kBlockN / 8][4], u32 (&pa)[T::kBlockN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
+}
+
 }  // namespace sm90
 
 template <class T>
@@ -186,7 +223,6 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     using detail::u32;
     constexpr int kThreads = S::kThreads;
     constexpr int kNB = T::kBlockN / 8;
-    constexpr int kKQ = T::kPadQK / 16;
     constexpr int kNV = T::kPadV / 8;
     using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
@@ -257,18 +293,9 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         const u32 v_addr = ptx::smem_u32(sV + slot * S::kVElems);
         const int n0 = j * T::kBlockN;
 
-        // S = Q K^T: A = Q, B = K, both K-major (descriptors from TileLayout).
         float s[1][kNB][4];
         wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < kKQ; ++kk) {
-            const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
-            sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
-                const wgmma::u64 b = LK::k_major(k_addr, c0, kk);
-                mma.ss(&s[0][c0 / 8][0], a, b, kk > 0);
-            });
-        }
-        wgmma::commit();
+        sm90::issue_qk<T>(s, q_addr, q_row0, k_addr);
         wgmma::wait<0>();
         sm90::fence_regs<kNB * 4>(&s[0][0][0]);
 
@@ -276,19 +303,10 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
             detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
-        // O += P V: A = P from registers, B = V read transposed (N-major).
         u32 pa[T::kBlockN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
+        sm90::pack_p<T>(s, pa);
         wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-            sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
-                const wgmma::u64 b = LV::n_major(v_addr, kk, c0);
-                mma.template rs<true>(&acc_o[0][c0 / 8][0], pa[kk], b, 1);
-            });
-        }
-        wgmma::commit();
+        sm90::issue_pv<T>(acc_o, pa, v_addr);
         wgmma::wait<0>();
         sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
         sm90::fence_regs<T::kBlockN / 16 * 4>(&pa[0][0]);

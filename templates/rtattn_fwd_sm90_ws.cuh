@@ -94,7 +94,6 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     constexpr int kNC = S::kConsumers;
     constexpr int kSt = T::kStages;
     constexpr int kNB = T::kBlockN / 8;
-    constexpr int kKQ = T::kPadQK / 16;
     constexpr int kNV = T::kPadV / 8;
     constexpr int kKP = T::kBlockN / 16;
     using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
@@ -189,35 +188,14 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         if (wg == kNC - 1) ptx::bar_arrive(sm90::kBarTurn, 256);
 
     const u32 q_addr = ptx::smem_u32(sQ);
+    auto k_at = [&](int slot) { return ptx::smem_u32(sK + slot * B::kKElems); };
+    auto v_at = [&](int slot) { return ptx::smem_u32(sV + slot * B::kVElems); };
     auto wait_full = [&](u32 bar, int block) {
         ptx::mbar_wait(bar, (block / kSt) & 1);
         wgmma::fence_proxy_async();  // the producer's generic-proxy writes, ordered before this thread's wgmma
     };
     auto release = [&](u32 bar) {
         if (lane == 0) ptx::mbar_arrive(bar);
-    };
-    // S = Q K^T: A = Q, B = K, both K-major.
-    auto issue_qk = [&](float (&s)[1][kNB][4], int slot) {
-        const u32 k_addr = ptx::smem_u32(sK + slot * B::kKElems);
-#pragma unroll
-        for (int kk = 0; kk < kKQ; ++kk) {
-            const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
-            sm90::for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
-                mma.ss(&s[0][c0 / 8][0], a, LK::k_major(k_addr, c0, kk), kk > 0);
-            });
-        }
-        wgmma::commit();
-    };
-    // O += P V: A = P from registers, B = V read transposed (N-major).
-    auto issue_pv = [&](float (&acc)[1][kNV][4], const u32 (&pa)[kKP][4], int slot) {
-        const u32 v_addr = ptx::smem_u32(sV + slot * B::kVElems);
-#pragma unroll
-        for (int kk = 0; kk < kKP; ++kk) {
-            sm90::for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
-                mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
-            });
-        }
-        wgmma::commit();
     };
     // Scores of block j (landed in s) -> masked, statistics updated; `corr` is what O must be scaled by.
     float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
@@ -227,10 +205,6 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
             detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
         detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
-    };
-    auto pack = [&](const float (&s)[1][kNB][4], u32 (&pa)[kKP][4]) {
-#pragma unroll
-        for (int kk = 0; kk < kKP; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
     };
 
     float acc_o[1][kNV][4];
@@ -247,13 +221,13 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             wait_full(full_k(0), 0);
             my_turn();
             wgmma::fence();
-            issue_qk(s, 0);
+            sm90::issue_qk<T>(s, q_addr, q_row0, k_at(0));
             pass_turn();
             wgmma::wait<0>();
             sm90::fence_regs<kNB * 4>(&s[0][0][0]);
             release(empty_k(0));
             softmax_to_p(s, 0, corr);
-            pack(s, pa);
+            sm90::pack_p<T>(s, pa);
         }
         for (int j = 1; j < n_blocks; ++j) {
             const int slot = j % kSt, prev = (j - 1) % kSt;
@@ -263,8 +237,8 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             wait_full(full_v(prev), j - 1);
             my_turn();
             wgmma::fence();
-            issue_qk(s, slot);
-            issue_pv(acc_o, pa, prev);
+            sm90::issue_qk<T>(s, q_addr, q_row0, k_at(slot));
+            sm90::issue_pv<T>(acc_o, pa, v_at(prev));
             pass_turn();
             wgmma::wait<1>();  // QK^T(j) done; PV(j-1) may still run
             sm90::fence_regs<kNB * 4>(&s[0][0][0]);
@@ -276,13 +250,13 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             release(empty_v(prev));
             detail::rescale(acc_o, corr);
             // P is packed only now: writing pa while PV(j-1) still reads it would serialize the wgmma pipeline.
-            pack(s, pa);
+            sm90::pack_p<T>(s, pa);
         }
         const int last = (n_blocks - 1) % kSt;
         wait_full(full_v(last), n_blocks - 1);
         my_turn();
         wgmma::fence();
-        issue_pv(acc_o, pa, last);
+        sm90::issue_pv<T>(acc_o, pa, v_at(last));
         pass_turn();
         wgmma::wait<0>();
         sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
