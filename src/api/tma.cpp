@@ -58,8 +58,6 @@ bool encode_tensor(TmaMap (&maps)[4], const TensorArg& t, int dim, int pad, int 
     return true;
 }
 
-}  // namespace
-
 bool tma_disabled() {
     static const bool off = [] {
         const char* env = std::getenv("RTATTN_TMA");
@@ -67,6 +65,8 @@ bool tma_disabled() {
     }();
     return off;
 }
+
+}  // namespace
 
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;

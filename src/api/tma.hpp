@@ -10,7 +10,6 @@ namespace rtattn {
 // when the tiles are not swizzled or a map cannot be encoded: base or a stride not 16-byte aligned (any head dim
 // not a multiple of 8 packed as [B, S, H, D]; a box may not start mid-16 bytes either, so there is no way around).
 // RTATTN_TMA=0 in the environment (read once) forces the cp.async path: for timing the two against each other.
-bool tma_disabled();
 void encode_kv_maps(const plan::KernelPlan& plan, const ForwardArgs& a, int heads_kv, FwdParamsTma& out);
 
 }  // namespace rtattn

@@ -682,8 +682,7 @@ json plan_info_json(const AttentionConfig& c, const GlobalOptions& g) {
     j["head_dim_qk"] = p.head_dim_qk;
     j["head_dim_v"] = p.head_dim_v;
     const json plan = json::parse(rtattn::plan_json(p));  // a named object: items() would dangle on a temporary
-    for (const auto& [k, v] : plan.items()) j[k] = v;
-    j["threads"] = p.threads();
+    for (const auto& [k, v] : plan.items()) j[k] = v;  // includes "threads"
     j["key"] = key;
     j["cached"] = disk->enabled() && std::filesystem::exists(disk->entry_path(key), ec);
     return j;
