@@ -128,10 +128,11 @@ struct TileLayout<kRows, kPad, true> {
 // a warp still reads whole 32-byte sectors of each global row.
 // kLoadRows rows (default: the whole tile) go to tile rows [row_base, row_base + kLoadRows). kUnroll trades
 // registers for issue rate (the producer warpgroup of the warp-specialized kernel runs on few registers).
+// rot (a multiple of kVec): tile column c holds row element (c + rot) mod kHeadDim (the split-row TMA layout).
 template <int kRows, int kHeadDim, int kPad, bool kSwizzle, int kVec, int kThreads, int kLoadRows = kRows,
           int kUnroll = 4>
 __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid,
-                                          int row_base = 0) {
+                                          int row_base = 0, int rot = 0) {
     constexpr int kPerRow = kHeadDim / kVec;
     constexpr int kTotal = kLoadRows * kPerRow;
 #pragma unroll kUnroll
@@ -141,7 +142,8 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
         const int r = rb * 8 + (i & 7);
         const int c = (rest - rb * kPerRow) * kVec;
         const bool valid = r < valid_rows;
-        const u16* src = valid ? g + r * row_stride + c : g;
+        const int c_src = c + rot < kHeadDim ? c + rot : c + rot - kHeadDim;
+        const u16* src = valid ? g + r * row_stride + c_src : g;
         const int at = TileLayout<kRows, kPad, kSwizzle>::offset(row_base + r, c);
         if constexpr (kVec >= 2) {
             ptx::cp_async<kVec * 2>(ptx::smem_u32(s + at), src, valid);

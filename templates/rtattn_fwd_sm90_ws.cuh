@@ -1,7 +1,8 @@
 // Hopper (sm_90a) forward pass, warp-specialized. Same tiles, layouts and GEMM issue as rtattn_fwd_sm90.cuh; what
 // changes is who waits for what:
 //  - one producer warpgroup streams K and V tiles through a ring (one TMA box per panel where the layout allows,
-//    else cp.async by all 128 producer threads) and announces each landed tile on an mbarrier; the consumer
+//    TMA boxes plus one 8-byte cp.async per row for split-row head dims such as 132, else cp.async by all 128
+//    producer threads) and announces each landed tile on an mbarrier; the consumer
 //    warpgroups (64 query rows each) never load K/V and never meet at a CTA-wide barrier, and the producer gives
 //    its registers to them (setmaxnreg);
 //  - per key block j a consumer issues QK^T(j) and PV(j-1) back to back, runs the softmax of block j while PV(j-1)
@@ -37,6 +38,12 @@ struct FwdShapeSm90Ws {
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register split");
     static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
     static_assert(T::kStages >= 2, "the overlapped schedule holds block j's K and block j-1's V at once");
+    // Split rows: the 4 columns cp.async moves must be exactly the tail panel's first columns (16 wide for K, 8 for
+    // V), so TMA boxes and cp.async never write the same panel.
+    static constexpr int kMainQK = T::kHeadDimQK - 4, kMainV = T::kHeadDimV - 4;  // columns moved by TMA
+    static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK == 4 && T::kVecV == 4 && T::kHeadDimQK % 32 == 4 &&
+                                     T::kHeadDimV % 32 == 4 && T::kPadQK == kMainQK + 16 && T::kPadV == kMainV + 8),
+                  "split rows: head dims 32k+4, swizzled tiles (TMA panels 64 and 32 wide only)");
 };
 
 namespace sm90 {
@@ -84,6 +91,67 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
     }
 }
 
+// Split-row producer, all 128 producer threads: thread 0 issues a TMA box per main panel (the 16-byte aligned
+// kMain columns of each row, rotated so they start at column 0), every thread moves the remaining 4 columns of
+// one row with an 8-byte cp.async into the tail panel. The slot's full barrier completes once the TMA bytes have
+// landed and all 128 threads' cp.asyncs have (init count 1 + 128). (One warp with 4 rows per lane, polling less,
+// ran 1-2% slower at d132 on an H200.)
+template <class T>
+__device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
+                                              detail::u32 bars, int n_blocks, int ptid) {
+    using detail::u16;
+    using detail::u32;
+    using B = FwdShapeSm90<T>;
+    using S = FwdShapeSm90Ws<T>;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
+    constexpr int kSt = T::kStages;
+    const FwdParams& p = pt.p;
+    const int kv_head = blockIdx.y / p.q_per_kv, batch = blockIdx.z, parity_class = kv_head & 1;
+    const int head_coord = kv_head >> 1;  // each map's head dimension steps two kv heads
+    // Row element that lands in tail column kMain: the one after the TMA part, wrapping to the row's start.
+    const int k_tail = (S::kMainQK + pt.k_rot[parity_class]) % T::kHeadDimQK;
+    const int v_tail = (S::kMainV + pt.v_rot[parity_class]) % T::kHeadDimV;
+    const u16* gK = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride + k_tail;
+    const u16* gV = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride + v_tail;
+    const TmaMap* k_maps = pt.k_map + 2 * parity_class;
+    const TmaMap* v_maps = pt.v_map + 2 * parity_class;
+    for (int j = 0; j < n_blocks; ++j) {
+        const int slot = j % kSt, k0 = j * T::kBlockN;
+        const u32 full_k = bars + 8 * slot, full_v = bars + 8 * (kSt + slot);
+        const u32 empty_k = bars + 8 * (2 * kSt + slot), empty_v = bars + 8 * (3 * kSt + slot);
+        const u32 parity = ((j / kSt) & 1) ^ 1;
+        u16* k_dst = sK + slot * B::kKElems;
+        u16* v_dst = sV + slot * B::kVElems;
+        const int c1 = pt.tma_seq_dim == 1 ? k0 : head_coord, c2 = pt.tma_seq_dim == 1 ? head_coord : k0;
+        if (j >= kSt) ptx::mbar_wait(empty_k, parity);
+        if (ptid == 0) {
+            ptx::mbar_arrive_expect_tx(full_k, 2 * T::kBlockN * S::kMainQK);
+            LK::for_each_panel([&](int kind, int col, int offset) {
+                if (col < S::kMainQK)
+                    ptx::tma_load_4d(ptx::smem_u32(k_dst) + offset, &k_maps[kind], col, c1, c2, batch, full_k);
+            });
+        }
+        for (int r = ptid; r < T::kBlockN; r += 128)
+            ptx::cp_async<8>(ptx::smem_u32(k_dst + LK::offset(r, S::kMainQK)), gK + (long long)(k0 + r) * p.k_seq_stride,
+                             k0 + r < p.seqlen_k);
+        ptx::mbar_arrive_cp_async(full_k);
+        if (j >= kSt) ptx::mbar_wait(empty_v, parity);
+        if (ptid == 0) {
+            ptx::mbar_arrive_expect_tx(full_v, 2 * T::kBlockN * S::kMainV);
+            LV::for_each_panel([&](int kind, int col, int offset) {
+                if (col < S::kMainV)
+                    ptx::tma_load_4d(ptx::smem_u32(v_dst) + offset, &v_maps[kind], col, c1, c2, batch, full_v);
+            });
+        }
+        for (int r = ptid; r < T::kBlockN; r += 128)
+            ptx::cp_async<8>(ptx::smem_u32(v_dst + LV::offset(r, S::kMainV)), gV + (long long)(k0 + r) * p.v_seq_stride,
+                             k0 + r < p.seqlen_k);
+        ptx::mbar_arrive_cp_async(full_v);
+    }
+    ptx::cp_async_wait<0>();
+}
+
 template <class T>
 __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const FwdParams& p = pt.p;
@@ -126,8 +194,10 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, S::kThreads>(sV + st * B::kVElems, tid, LV::offset);
     }
     if (tid == 0) {
-        // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile.
-        const u32 loaders = T::kSwizzle && pt.use_tma != 0 ? 1 : 128;
+        // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile;
+        // split rows: both.
+        const bool tma = T::kSwizzle && pt.use_tma != 0;
+        const u32 loaders = !tma ? 128 : T::kSplitRows ? 129 : 1;
         for (int st = 0; st < kSt; ++st) {
             ptx::mbar_init(full_k(st), loaders);
             ptx::mbar_init(full_v(st), loaders);
@@ -142,7 +212,12 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         // Producer: block j goes to slot j % kSt once every consumer warp has released that slot's previous
         // occupant (block j - kSt), whose release completed phase j/kSt - 1 of the empty barrier.
         ptx::setmaxnreg_dec<S::kProducerRegs>();
-        if constexpr (T::kSwizzle) {
+        if constexpr (T::kSplitRows) {
+            if (pt.use_tma != 0) {
+                produce_split<T>(pt, sK, sV, bars, n_blocks, tid - S::kConsumerThreads);
+                return;
+            }
+        } else if constexpr (T::kSwizzle) {
             if (pt.use_tma != 0) {
                 if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, bars, n_blocks, lane);
                 return;
@@ -168,9 +243,12 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     ptx::setmaxnreg_inc<S::kConsumerRegs>();
     const int ctid = tid & 127;  // thread within the warpgroup
     const int q_row0 = wg * 64;
+    // Split rows: Q columns rotate with K's (the dot product only needs both in the same order), O with V's.
+    const int kv_class = (blockIdx.y / p.q_per_kv) & 1;
+    const int q_rot = T::kSplitRows ? pt.k_rot[kv_class] : 0, o_rot = T::kSplitRows ? pt.v_rot[kv_class] : 0;
     // Each consumer warpgroup loads its own 64 Q rows while the producer starts on K/V.
     sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
-        sQ, cta.q + (long long)q_row0 * p.q_seq_stride, p.q_seq_stride, seqlen_q - q0 - q_row0, ctid, q_row0);
+        sQ, cta.q + (long long)q_row0 * p.q_seq_stride, p.q_seq_stride, seqlen_q - q0 - q_row0, ctid, q_row0, q_rot);
     ptx::cp_async_commit();
     ptx::cp_async_wait<0>();
     wgmma::fence_proxy_async();
@@ -270,7 +348,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);  // the staging area aliases Q/K/V
     detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
     ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, sQ, q0, tid);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, sQ, q0, tid, o_rot);
 }
 
 }  // namespace rtattn

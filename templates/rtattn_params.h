@@ -28,14 +28,22 @@ struct alignas(128) TmaMap {
 };
 
 // Parameters of the warp-specialized sm_90a kernel: the common block, plus tensor maps that let its producer load
-// K/V tiles with the tensor memory accelerator. One map per shared-memory panel width (index 0: 64 columns with
-// the 128-byte swizzle, 1: 32 / 64-byte, 2: 16 / 32-byte, 3: 8, no swizzle), box = panel width x kBlockN rows.
+// K/V tiles with the tensor memory accelerator. Box = panel width x kBlockN rows.
+// Whole rows (kSplitRows false): one map per shared-memory panel width, index 0: 64 columns with the 128-byte
+// swizzle, 1: 32 / 64-byte, 2: 16 / 32-byte, 3: 8, no swizzle.
+// Split rows (kSplitRows: head dims 32k+4, e.g. 100 and 132, whose packed heads alternate between 16- and 8-byte
+// aligned starts): TMA moves the 16-byte aligned d-4 columns of each row, cp.async the other 4. Kv heads of even
+// and odd index have their own maps (the head stride of each map is two heads, a multiple of 16 bytes): index
+// 2 * (kv_head & 1) + panel width index (0 or 1). The tile holds each row rotated left by *_rot[kv_head & 1]
+// columns (0 or 4), so that the TMA part is contiguous; Q is loaded and O stored with the same rotation.
 struct FwdParamsTma {
     FwdParams p;
     TmaMap k_map[4];
     TmaMap v_map[4];
-    int use_tma;      // 0: cp.async (base or a stride not 16-byte aligned, e.g. d132 heads packed as [B, S, H, D])
+    int use_tma;      // 0: cp.async (base or a stride not 16-byte aligned, e.g. d132 heads with a padded row)
     int tma_seq_dim;  // map dims are (head_dim, seq, head, batch) when 1, (head_dim, head, seq, batch) when 2
+    int k_rot[2];     // split rows only: rotation of K (and Q) rows of even / odd kv heads, in elements
+    int v_rot[2];     // split rows only: rotation of V (and O) rows
 };
 
 }  // namespace rtattn

@@ -186,8 +186,9 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, float (&
 }
 
 // Epilogue, part 2 (whole CTA, after a barrier): copy the staged tile to global memory with full-width vectors.
+// rot (a multiple of kVecV): staged column c is output element (c + rot) mod kHeadDimV (split-row TMA layout).
 template <int kBlockM, int kHeadDimV, int kVecV, int kStrideO, int kThreads>
-__device__ __forceinline__ void store_tile(const FwdParams& p, const u16* sO, int q0, int tid) {
+__device__ __forceinline__ void store_tile(const FwdParams& p, const u16* sO, int q0, int tid, int rot = 0) {
     using OVec = typename VecOf<kVecV>::type;
     constexpr int kPerRow = kHeadDimV / kVecV;
     u16* gO = static_cast<u16*>(p.o) + blockIdx.z * p.o_batch_stride + blockIdx.y * p.o_head_stride +
@@ -196,8 +197,10 @@ __device__ __forceinline__ void store_tile(const FwdParams& p, const u16* sO, in
     for (int i = tid; i < kBlockM * kPerRow; i += kThreads) {
         const int r = i / kPerRow;
         const int c = (i - r * kPerRow) * kVecV;
+        const int c_dst = c + rot < kHeadDimV ? c + rot : c + rot - kHeadDimV;
         if (r < valid_rows)
-            *reinterpret_cast<OVec*>(gO + r * p.o_seq_stride + c) = *reinterpret_cast<const OVec*>(sO + r * kStrideO + c);
+            *reinterpret_cast<OVec*>(gO + r * p.o_seq_stride + c_dst) =
+                *reinterpret_cast<const OVec*>(sO + r * kStrideO + c);
     }
 }
 

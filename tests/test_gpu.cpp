@@ -74,6 +74,7 @@ enum class Layout {
     head_major,  // [batch, head, seq, dim] expressed through strides
     packed_qkv,  // Q, K and V interleaved in one [batch, seq, heads_q + 2 heads_kv, dim] buffer; O padded
     shared_kv,   // K and V with batch_stride 0: one K/V shared by every batch entry (inputs may alias)
+    shifted,     // contiguous, but starting one vector into the buffer (d132: even heads 8 bytes off 16)
 };
 
 const char* to_string(Layout l) {
@@ -83,6 +84,7 @@ const char* to_string(Layout l) {
         case Layout::head_major: return "head-major";
         case Layout::packed_qkv: return "packed-qkv";
         case Layout::shared_kv: return "shared-kv";
+        case Layout::shifted: return "shifted";
     }
     return "?";
 }
@@ -187,6 +189,12 @@ Placement padded(int buffer, Shape sh) {
     return strided(buffer, pad, sh, hs, ss, bs);
 }
 
+Placement shifted(int buffer, Shape sh) {
+    Placement p = dense(buffer, sh);
+    p.offset = vec_width(sh.dim);
+    return p;
+}
+
 Placement head_major(int buffer, Shape sh) {
     const std::int64_t ss = sh.dim, hs = ss * sh.seqlen, bs = hs * sh.heads;
     return strided(buffer, 0, sh, hs, ss, bs);
@@ -225,6 +233,9 @@ void place_tensors(Problem& p) {
             p.o = padded(1, os);
             break;
         }
+        case Layout::shifted:
+            p.q = shifted(0, qs), p.k = shifted(1, ks), p.v = shifted(2, vs), p.o = shifted(3, os);
+            break;
         case Layout::shared_kv: {
             p.q = dense(0, qs), p.o = dense(3, os);
             p.k = dense(1, ks), p.v = dense(2, vs);
@@ -479,10 +490,13 @@ std::vector<Case> shape_cases() {
 }
 
 std::vector<Case> stride_cases() {
-    // vec widths 1 (d17), 8 (d64), 4 (d132); d256 (the largest tiles); and head_dim_v != head_dim_qk.
-    constexpr std::pair<int, int> kDims[] = {{17, 17}, {64, 64}, {132, 132}, {256, 256}, {192, 128}, {132, 100}};
-    constexpr Layout kLayouts[] = {Layout::contiguous, Layout::padded, Layout::head_major, Layout::packed_qkv,
-                                   Layout::shared_kv};
+    // vec widths 1 (d17), 8 (d64), 4 (d100, d132: split rows on sm_90a); d256 (the largest tiles); and
+    // head_dim_v != head_dim_qk. Split rows load with TMA where a layout keeps rows 8 bytes from 16-byte
+    // boundaries at most (contiguous, packed, shifted: K/V heads alternate or swap alignment), else with cp.async.
+    constexpr std::pair<int, int> kDims[] = {{17, 17},   {64, 64},   {100, 100}, {132, 132},
+                                             {256, 256}, {192, 128}, {132, 100}};
+    constexpr Layout kLayouts[] = {Layout::contiguous, Layout::padded,    Layout::head_major,
+                                   Layout::packed_qkv, Layout::shared_kv, Layout::shifted};
     std::vector<Case> out;
     for (auto [dqk, dv] : kDims)
         for (Layout layout : kLayouts)

@@ -87,6 +87,32 @@ TEST_CASE("the warp-specialized kernel adds a producer warpgroup and its barrier
     unsetenv("RTATTN_TILE");
 }
 
+TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the tail panel fits", "[plan]") {
+    for (int d = 1; d <= 256; ++d) {
+        CAPTURE(d);
+        const auto p = plan(cfg(d, "sm_90a"));
+        if (!p.split_rows) continue;
+        // The 4 cp.async columns start the tile's last panel (16 wide for K, 8 for V), the TMA part is 64/32 panels.
+        CHECK(d % 32 == 4);
+        CHECK(p.producer());
+        CHECK(p.swizzle);
+        CHECK(p.pad_qk == d - 4 + 16);
+        CHECK(p.pad_v == d - 4 + 8);
+        CHECK(p.kernel().find("split rows") != std::string::npos);
+    }
+    for (int d : {68, 100, 132, 164, 196, 228}) {
+        CAPTURE(d);
+        CHECK(plan(cfg(d, "sm_90a")).split_rows);
+        CHECK(!plan(cfg(d, "sm_80")).split_rows);  // mma.sync kernels load with cp.async only
+    }
+    CHECK(!plan(cfg(132, "sm_90a", 128)).split_rows);  // d_v 128: TMA takes whole V rows, not split ones
+    CHECK(!plan(cfg(116, "sm_90a")).split_rows);       // 112 TMA columns would end inside a 64-wide panel
+    CHECK(!plan(cfg(128, "sm_90a")).split_rows);
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,0", 1);  // a cooperative plan has no producer to split rows
+    CHECK(!plan(cfg(132, "sm_90a")).split_rows);
+    unsetenv("RTATTN_TILE");
+}
+
 TEST_CASE("smaller shared memory steps the plan down and says so", "[plan]") {
     const auto big = plan(cfg(256, "sm_90a"));
     const auto small = plan(cfg(256, "sm_86"));

@@ -6,9 +6,10 @@
 
 namespace rtattn {
 
-// Fills out.k_map / v_map / tma_seq_dim and sets out.use_tma. use_tma stays 0, and the kernel loads with cp.async,
-// when the tiles are not swizzled or a map cannot be encoded: base or a stride not 16-byte aligned (any head dim
-// not a multiple of 8 packed as [B, S, H, D]; a box may not start mid-16 bytes either, so there is no way around).
+// Fills out.k_map / v_map / tma_seq_dim (and, for split-row plans, k_rot / v_rot) and sets out.use_tma. use_tma
+// stays 0, and the kernel loads with cp.async, when the tiles are not swizzled or a map cannot be encoded: a base
+// or stride not 16-byte aligned (e.g. a head dim not a multiple of 8 packed as [B, S, H, D], unless the plan splits
+// rows; a box may not start mid-16 bytes, so there is no other way around).
 // RTATTN_TMA=0 in the environment (read once) forces the cp.async path: for timing the two against each other.
 void encode_kv_maps(const plan::KernelPlan& plan, const ForwardArgs& a, int heads_kv, FwdParamsTma& out);
 

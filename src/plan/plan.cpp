@@ -47,13 +47,13 @@ constexpr TileRow kTiles[] = {
     {true, 96, 128, 128, 8, 1, 2, false, true, 2,
      "sm_90a, d<=96: 128x128 tiles, 562/518 TFLOPS at d96 vs 475/444 with 64-key tiles; 192 rows spill at 160 "
      "registers"},
+    {true, 112, 128, 128, 8, 1, 2, false, true, 2,
+     "sm_90a, 96<d<=112: as d<=96; d100 (split rows) 468/462 TFLOPS vs 419/392 without turn-taking"},
     {true, 128, 128, 128, 8, 1, 2, false, true, 1,
      "sm_90a, d<=128: 128x128 tiles without turn-taking, 674/631 TFLOPS at d128 vs 611/628 with it, 626/633 with 3 "
      "stages, 525/520 with 64-key tiles, 379/355 with 176 keys (spills)"},
-    {true, 144, 128, 128, 8, 1, 2, false, false, 0,
-     "sm_90a, 128<d<=144: these widths are mostly d132-like (not a multiple of 8), whose packed heads TMA cannot "
-     "address; the cooperative kernel with interleaved tiles is the fastest cp.async design timed: 253/238 TFLOPS at "
-     "d132 vs 243/228 warp-specialized and 193/183 with swizzled tiles"},
+    {true, 144, 128, 128, 8, 1, 2, false, true, 2,
+     "sm_90a, 128<d<=144: 128x128 tiles with turn-taking, d132 (split rows) 578/544 TFLOPS vs 514/540 without"},
     {true, 160, 128, 128, 8, 1, 2, false, true, 2,
      "sm_90a, 128<d<=160: 128x128 tiles, 678/655 TFLOPS at d160 vs 609/582 with 96 keys, 561/538 with 64"},
     {true, 192, 128, 112, 8, 1, 2, false, true, 2,
@@ -76,6 +76,10 @@ constexpr TileRow kTiles[] = {
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// Head dims whose rows the producer splits into a TMA part and a 4-column cp.async part (KernelPlan::split_rows):
+// the TMA part must end where the tile's last (16-wide for K, 8-wide for V) panel begins.
+bool split_rows_fit(int d_qk, int d_v) { return d_qk >= 36 && d_qk % 32 == 4 && d_v >= 36 && d_v % 32 == 4; }
 
 int vec_for(int d) {
     for (int v : {8, 4, 2}) if (d % v == 0) return v;
@@ -179,15 +183,20 @@ KernelPlan plan(const AttentionConfig& c) {
     p.swizzle = row->swizzle;
     p.schedule = row->schedule;
     p.reason = row->why;
-    if (p.producer() && (p.vec_qk < 8 || p.vec_v < 8)) {
-        // A head dim that is not a multiple of 8 leaves packed heads off 16-byte boundaries: no TMA, and the
-        // warp-specialized kernel's cp.async fallback ran slower than the cooperative kernel (d132: 243 vs 253
+    if (p.producer() && (p.vec_qk < 8 || p.vec_v < 8) && !split_rows_fit(p.head_dim_qk, p.head_dim_v)) {
+        // A head dim that is not a multiple of 8 (and not 32k+4) leaves packed heads off 16-byte boundaries: no
+        // TMA, and the warp-specialized kernel on cp.async ran slower than the cooperative kernel (d132: 243 vs 253
         // TFLOPS; d100: 146).
         p.schedule = 0;
         p.reason += "; head dim not a multiple of 8 (no TMA): cooperative kernel";
         if (p.block_m > 128) {  // 192 rows spill in the cooperative kernel; its own d<=64 tile ran 272/272 TFLOPS
+            // Swizzled tiles kept: d63 98/92 TFLOPS vs 98/65 interleaved, d60 210/201 vs 221/204.
             p.block_m = 128, p.warps = 8, p.block_n = 64;
             p.reason += ", 128x64 tiles";
+        } else {
+            // 128-key tiles: interleaved beats swizzled on cp.async, d140 262/243 vs 187/178, d108 242/235 vs 169/163.
+            p.swizzle = false;
+            p.reason += ", interleaved tiles";
         }
     }
     apply_tile_override(p);
@@ -211,6 +220,7 @@ KernelPlan plan(const AttentionConfig& c) {
         p.reason += fmt::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
                                 ai.smem_optin / 1024);
     }
+    p.split_rows = p.producer() && p.swizzle && split_rows_fit(p.head_dim_qk, p.head_dim_v);
     return p;
 }
 
@@ -219,6 +229,7 @@ std::string KernelPlan::kernel() const {
     std::string k = swizzle ? "wgmma, swizzled tiles" : "wgmma, interleaved tiles";
     if (schedule == 1) k += ", producer warpgroup";
     if (schedule == 2) k += ", producer warpgroup, ping-pong";
+    if (split_rows) k += ", split rows";
     return k;
 }
 

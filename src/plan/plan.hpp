@@ -30,6 +30,9 @@ struct KernelPlan {
     // wgmma only. 0: every warp loads and computes (templates/rtattn_fwd_sm90.cuh). 1: a producer warpgroup loads,
     // consumers overlap softmax with PV (rtattn_fwd_sm90_ws.cuh). 2: as 1, consumer warpgroups take turns (ping-pong).
     int schedule = 0;
+    // Producer kernels with head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and
+    // 8-byte aligned starts, so TMA moves the aligned d-4 columns of each row and cp.async the other 4.
+    bool split_rows = false;
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
     bool producer() const { return wgmma && schedule > 0; }

@@ -56,6 +56,7 @@ struct Traits {{
     static constexpr bool kQInRegs = {qr};
     static constexpr bool kSwizzle = {sw};
     static constexpr bool kPingPong = {pp};
+    static constexpr bool kSplitRows = {split};
     static constexpr int kVecQK = {vq};
     static constexpr int kVecV = {vv};
 }};
@@ -72,7 +73,8 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}({param}) {{
         fmt::arg("qloc", p.q_in_regs ? "registers" : "shared memory"), fmt::arg("why", p.reason),
         fmt::arg("bf16", p.bf16 ? "true" : "false"), fmt::arg("c", p.causal ? "true" : "false"),
         fmt::arg("qr", p.q_in_regs ? "true" : "false"), fmt::arg("sw", p.swizzle ? "true" : "false"),
-        fmt::arg("pp", p.schedule == 2 ? "true" : "false"), fmt::arg("vq", p.vec_qk), fmt::arg("vv", p.vec_v),
+        fmt::arg("pp", p.schedule == 2 ? "true" : "false"),
+        fmt::arg("split", p.split_rows ? "true" : "false"), fmt::arg("vq", p.vec_qk), fmt::arg("vv", p.vec_v),
         fmt::arg("smem", p.smem_bytes), fmt::arg("threads", p.threads()), fmt::arg("entry", kEntryName),
         fmt::arg("header", p.producer() ? "rtattn_fwd_sm90_ws.cuh" : p.wgmma ? "rtattn_fwd_sm90.cuh" : "rtattn_fwd.cuh"),
         fmt::arg("shape", p.producer() ? "FwdShapeSm90Ws" : p.wgmma ? "FwdShapeSm90" : "FwdShape"),
