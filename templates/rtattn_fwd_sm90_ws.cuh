@@ -1,8 +1,8 @@
 // Hopper (sm_90a) forward pass, warp-specialized. Same tiles, layouts and GEMM issue as rtattn_fwd_sm90.cuh; what
 // changes is who waits for what:
-//  - one producer warpgroup streams K and V tiles through a ring (one TMA box per panel where the layout allows,
-//    TMA boxes plus one 8-byte cp.async per row for split-row head dims such as 132, else cp.async by all 128
-//    producer threads) and announces each landed tile on an mbarrier; the consumer
+//  - one producer warpgroup streams K and V tiles through a ring (one TMA box per panel where the layout allows;
+//    for split-row head dims such as 132, TMA boxes plus 8 bytes per row copied by the producer threads; else
+//    cp.async by all 128 producer threads) and announces each landed tile on an mbarrier; the consumer
 //    warpgroups (64 query rows each) never load K/V and never meet at a CTA-wide barrier, and the producer gives
 //    its registers to them (setmaxnreg);
 //  - per key block j a consumer issues QK^T(j) and PV(j-1) back to back, runs the softmax of block j while PV(j-1)
@@ -38,11 +38,12 @@ struct FwdShapeSm90Ws {
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register split");
     static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
     static_assert(T::kStages >= 2, "the overlapped schedule holds block j's K and block j-1's V at once");
-    // Split rows: the 4 columns cp.async moves must be exactly the tail panel's first columns (16 wide for K, 8 for
-    // V), so TMA boxes and cp.async never write the same panel.
+    // Split rows: the 4 columns the producer threads store must be exactly the tail panel's first columns (16 wide
+    // for K, 8 or 16 for V), so TMA boxes and those stores never write the same panel.
     static constexpr int kMainQK = T::kHeadDimQK - 4, kMainV = T::kHeadDimV - 4;  // columns moved by TMA
     static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK == 4 && T::kVecV == 4 && T::kHeadDimQK % 32 == 4 &&
-                                     T::kHeadDimV % 32 == 4 && T::kPadQK == kMainQK + 16 && T::kPadV == kMainV + 8),
+                                     T::kHeadDimV % 32 == 4 && T::kPadQK == kMainQK + 16 &&
+                                     (T::kPadV == kMainV + 8 || T::kPadV == kMainV + 16)),
                   "split rows: head dims 32k+4, swizzled tiles (TMA panels 64 and 32 wide only)");
 };
 
@@ -92,10 +93,12 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
 }
 
 // Split-row producer, all 128 producer threads: thread 0 issues a TMA box per main panel (the 16-byte aligned
-// kMain columns of each row, rotated so they start at column 0), every thread moves the remaining 4 columns of
-// one row with an 8-byte cp.async into the tail panel. The slot's full barrier completes once the TMA bytes have
-// landed and all 128 threads' cp.asyncs have (init count 1 + 128). (One warp with 4 rows per lane, polling less,
-// ran 1-2% slower at d132 on an H200.)
+// kMain columns of each row, rotated so they start at column 0); each thread owns rows ptid (+ 128) of every tile
+// and moves their remaining 4 columns (8 bytes) into the tail panel itself. It loads the next tile's tails into
+// registers as soon as it has stored the current ones, so the load's latency passes while it waits for the next
+// free slot, and a store plus a plain arrive is all that is left when the slot frees. (8-byte cp.asyncs issued
+// after the wait, completing on the barrier, cost d132 ~7% on an H200: the consumers waited for them.)
+// The slot's full barrier completes once the TMA bytes have landed and all 128 threads have arrived (1 + 128).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
                                               detail::u32 bars, int n_blocks, int ptid) {
@@ -106,6 +109,7 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
     using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
     constexpr int kSt = T::kStages;
+    constexpr int kRows = (T::kBlockN + 127) / 128;  // tail rows per thread and tile
     const FwdParams& p = pt.p;
     const int kv_head = blockIdx.y / p.q_per_kv, batch = blockIdx.z, parity_class = kv_head & 1;
     const int head_coord = kv_head >> 1;  // each map's head dimension steps two kv heads
@@ -116,6 +120,18 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     const u16* gV = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride + v_tail;
     const TmaMap* k_maps = pt.k_map + 2 * parity_class;
     const TmaMap* v_maps = pt.v_map + 2 * parity_class;
+
+    // Rows past the tile or past seqlen_k hold zeros: V rows there meet P = 0, and 0 * garbage must not be NaN.
+    auto load_tails = [&](const u16* g, long long stride, int block, ptx::u64 (&t)[kRows]) {
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+            const int r = ptid + 128 * i, key = block * T::kBlockN + r;
+            t[i] = block < n_blocks && r < T::kBlockN && key < p.seqlen_k ? ptx::ldg_nc_u64(g + key * stride) : 0;
+        }
+    };
+    ptx::u64 k_next[kRows], v_next[kRows];
+    load_tails(gK, p.k_seq_stride, 0, k_next);
+    load_tails(gV, p.v_seq_stride, 0, v_next);
     for (int j = 0; j < n_blocks; ++j) {
         const int slot = j % kSt, k0 = j * T::kBlockN;
         const u32 full_k = bars + 8 * slot, full_v = bars + 8 * (kSt + slot);
@@ -132,10 +148,12 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
                     ptx::tma_load_4d(ptx::smem_u32(k_dst) + offset, &k_maps[kind], col, c1, c2, batch, full_k);
             });
         }
-        for (int r = ptid; r < T::kBlockN; r += 128)
-            ptx::cp_async<8>(ptx::smem_u32(k_dst + LK::offset(r, S::kMainQK)), gK + (long long)(k0 + r) * p.k_seq_stride,
-                             k0 + r < p.seqlen_k);
-        ptx::mbar_arrive_cp_async(full_k);
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+            if (ptid + 128 * i < T::kBlockN)
+                *reinterpret_cast<ptx::u64*>(k_dst + LK::offset(ptid + 128 * i, S::kMainQK)) = k_next[i];
+        ptx::mbar_arrive(full_k);  // release: the stores above are visible to whoever sees the phase complete
+        load_tails(gK, p.k_seq_stride, j + 1, k_next);
         if (j >= kSt) ptx::mbar_wait(empty_v, parity);
         if (ptid == 0) {
             ptx::mbar_arrive_expect_tx(full_v, 2 * T::kBlockN * S::kMainV);
@@ -144,12 +162,13 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
                     ptx::tma_load_4d(ptx::smem_u32(v_dst) + offset, &v_maps[kind], col, c1, c2, batch, full_v);
             });
         }
-        for (int r = ptid; r < T::kBlockN; r += 128)
-            ptx::cp_async<8>(ptx::smem_u32(v_dst + LV::offset(r, S::kMainV)), gV + (long long)(k0 + r) * p.v_seq_stride,
-                             k0 + r < p.seqlen_k);
-        ptx::mbar_arrive_cp_async(full_v);
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+            if (ptid + 128 * i < T::kBlockN)
+                *reinterpret_cast<ptx::u64*>(v_dst + LV::offset(ptid + 128 * i, S::kMainV)) = v_next[i];
+        ptx::mbar_arrive(full_v);
+        load_tails(gV, p.v_seq_stride, j + 1, v_next);
     }
-    ptx::cp_async_wait<0>();
 }
 
 template <class T>
@@ -195,7 +214,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     }
     if (tid == 0) {
         // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile;
-        // split rows: both.
+        // split rows: both (each producer thread after storing its rows' tails).
         const bool tma = T::kSwizzle && pt.use_tma != 0;
         const u32 loaders = !tma ? 128 : T::kSplitRows ? 129 : 1;
         for (int st = 0; st < kSt; ++st) {

@@ -7,6 +7,7 @@ namespace ptx {
 
 typedef unsigned int u32;
 typedef unsigned short u16;
+typedef unsigned long long u64;
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     u32 r;
@@ -77,6 +78,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
     return r;
+}
+
+// 8 bytes from global memory through the read-only path (the kernel never writes K or V).
+__device__ __forceinline__ u64 ldg_nc_u64(const void* p) {
+    u64 v;
+    asm volatile("ld.global.nc.u64 %0, [%1];\n" : "=l"(v) : "l"(p));
+    return v;
 }
 
 // mbarrier (shared-memory transaction barrier): the producer/consumer handshake of the warp-specialized kernel.

@@ -23,13 +23,27 @@ TEST_CASE("head dims pad to the MMA shape, not to a bucket", "[plan]") {
     struct Case { int d, pad_qk, pad_v; };
     for (auto [d, pq, pv] : {Case{1, 16, 8}, Case{17, 32, 24}, Case{132, 144, 136}, Case{255, 256, 256},
                              Case{256, 256, 256}, Case{80, 80, 80}, Case{100, 112, 104}}) {
-        const auto p = plan(cfg(d, "sm_90a"));
+        const auto p = plan(cfg(d, "sm_80"));
         CAPTURE(d);
         CHECK(p.pad_qk == pq);
         CHECK(p.pad_v == pv);
     }
-    const auto p = plan(cfg(132, "sm_90a"));
-    CHECK(p.useful_flop_fraction() == Approx(264.0 / 280.0));
+    CHECK(plan(cfg(132, "sm_80")).useful_flop_fraction() == Approx(264.0 / 280.0));
+    // A wgmma row may pad V to 16 (d120: one 128-wide PV chunk instead of four).
+    for (int d = 1; d <= 256; ++d) {
+        CAPTURE(d);
+        const auto p = plan(cfg(d, "sm_90a"));
+        CHECK(p.pad_qk == (d + 15) / 16 * 16);
+        CHECK(p.pad_v == (d + p.pv_step - 1) / p.pv_step * p.pv_step);
+        CHECK((p.pv_step == 8 || (p.pv_step == 16 && p.wgmma)));
+    }
+    CHECK(plan(cfg(120, "sm_90a")).pad_v == 128);
+    CHECK(plan(cfg(132, "sm_90a")).pad_v == 136);
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,16", 1);
+    CHECK(plan(cfg(132, "sm_90a")).pad_v == 144);
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,12", 1);
+    CHECK_THROWS_AS(plan(cfg(132, "sm_90a")), rtattn::ConfigError);
+    unsetenv("RTATTN_TILE");
 }
 
 TEST_CASE("every head dim plans on every arch within its shared memory", "[plan]") {
@@ -62,7 +76,7 @@ TEST_CASE("swizzled wgmma tiles keep every K/V tile on a 1024-byte swizzle atom"
             CHECK(p.block_m * p.pad_qk * 2 % 1024 == 0);
         }
     // 96-key tiles of d_v 152 would end mid-atom: the plan narrows the key tile rather than mis-address wgmma.
-    setenv("RTATTN_TILE", "128,96,8,1,2,0,2,1", 1);
+    setenv("RTATTN_TILE", "128,96,8,1,2,0,2,1,8", 1);
     const auto p = plan(cfg(145, "sm_90a"));
     unsetenv("RTATTN_TILE");
     CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
@@ -97,7 +111,7 @@ TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the t
         CHECK(p.producer());
         CHECK(p.swizzle);
         CHECK(p.pad_qk == d - 4 + 16);
-        CHECK(p.pad_v == d - 4 + 8);
+        CHECK((p.pad_v == d - 4 + 8 || p.pad_v == d - 4 + 16));
         CHECK(p.kernel().find("split rows") != std::string::npos);
     }
     for (int d : {68, 100, 132, 164, 196, 228}) {

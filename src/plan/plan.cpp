@@ -32,6 +32,7 @@ struct TileRow {
     bool q_in_regs;  // Q fragments loaded once into registers (vs. re-read from shared memory every K tile)
     bool swizzle;    // wgmma only: swizzled column panels (else interleaved 8x8 cores throughout)
     int schedule;    // wgmma only: 0 all warps load, 1 producer warpgroup + overlap, 2 as 1 with ping-pong
+    int pv_step;     // head_dim_v is padded to a multiple of this: 8 (the MMA's n step), or 16 where that ran faster
     const char* why;
 };
 
@@ -41,43 +42,44 @@ constexpr TileRow kTiles[] = {
     // sm_90a: wgmma. A producer warpgroup streams K/V tiles (TMA where the layout allows, else cp.async) while
     // 64-row consumer warpgroups overlap the softmax of block j with the PV of block j-1; schedule 2 also has the
     // consumer warpgroups take turns on the tensor cores. Figures: H200, bf16, S=16k, non-causal/causal TFLOPS.
-    {true, 64, 192, 128, 12, 1, 2, false, true, 2,
+    {true, 64, 192, 128, 12, 1, 2, false, true, 2, 8,
      "sm_90a, d<=64: three consumer warpgroups (192 rows) halve K/V traffic per FLOP: 526/495 TFLOPS at d64 vs "
      "427/400 with 128 rows and 367/358 with 64-key tiles"},
-    {true, 96, 128, 128, 8, 1, 2, false, true, 2,
+    {true, 96, 128, 128, 8, 1, 2, false, true, 2, 8,
      "sm_90a, d<=96: 128x128 tiles, 562/518 TFLOPS at d96 vs 475/444 with 64-key tiles; 192 rows spill at 160 "
      "registers"},
-    {true, 112, 128, 128, 8, 1, 2, false, true, 2,
+    {true, 112, 128, 128, 8, 1, 2, false, true, 2, 8,
      "sm_90a, 96<d<=112: as d<=96; d100 (split rows) 468/462 TFLOPS vs 419/392 without turn-taking"},
-    {true, 128, 128, 128, 8, 1, 2, false, true, 1,
+    {true, 128, 128, 128, 8, 1, 2, false, true, 1, 16,
      "sm_90a, d<=128: 128x128 tiles without turn-taking, 674/631 TFLOPS at d128 vs 611/628 with it, 626/633 with 3 "
-     "stages, 525/520 with 64-key tiles, 379/355 with 176 keys (spills)"},
-    {true, 144, 128, 128, 8, 1, 2, false, true, 2,
+     "stages, 525/520 with 64-key tiles, 379/355 with 176 keys (spills). V padded to 16: d120 as one 128-wide PV "
+     "chunk ran 566/584 TFLOPS vs 461/432 as four (64+32+16+8); elsewhere 16 did not pay (d132 543/554 vs 565/556)"},
+    {true, 144, 128, 128, 8, 1, 2, false, true, 2, 8,
      "sm_90a, 128<d<=144: 128x128 tiles with turn-taking, d132 (split rows) 578/544 TFLOPS vs 514/540 without"},
-    {true, 160, 128, 128, 8, 1, 2, false, true, 2,
+    {true, 160, 128, 128, 8, 1, 2, false, true, 2, 8,
      "sm_90a, 128<d<=160: 128x128 tiles, 678/655 TFLOPS at d160 vs 609/582 with 96 keys, 561/538 with 64"},
-    {true, 192, 128, 112, 8, 1, 2, false, true, 2,
+    {true, 192, 128, 112, 8, 1, 2, false, true, 2, 8,
      "sm_90a, d<=192: 112-key tiles (fewer where a 1024-byte tile alignment needs it), 663/609 TFLOPS at d192 vs "
      "620/606 with 96 keys and 629/578 with 64"},
-    {true, 256, 128, 64, 8, 1, 2, false, true, 2,
+    {true, 256, 128, 64, 8, 1, 2, false, true, 2, 8,
      "sm_90a, d<=256: 64-key tiles leave registers for O (128 fp32/thread): 699/610 TFLOPS at d256 vs 670/614 "
      "without turn-taking and 648/583 with 80 keys (spills when causal)"},
     // Every arch: mma.sync m16n8k16.
-    {false, 64, 128, 64, 4, 2, 2, true, false, 0,
+    {false, 64, 128, 64, 4, 2, 2, true, false, 0, 8,
      "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
-    {false, 144, 128, 128, 8, 1, 2, true, false, 0,
+    {false, 144, 128, 128, 8, 1, 2, true, false, 0, 8,
      "d<=144: 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments in registers; 128-key tiles halve the "
      "per-tile softmax and barrier overhead (+12% over 64 at d128)"},
-    {false, 192, 128, 64, 8, 1, 2, false, false, 0,
+    {false, 192, 128, 64, 8, 1, 2, false, false, 0, 8,
      "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
-    {false, 256, 128, 64, 8, 1, 2, false, false, 0,
+    {false, 256, 128, 64, 8, 1, 2, false, false, 0, 8,
      "d<=256: O needs 128 fp32/thread; 8 warps x 16 rows with Q in shared memory stay spill-free and beat FA2's "
      "64x64/4-warp shape by 30% on Hopper"},
 };
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-// Head dims whose rows the producer splits into a TMA part and a 4-column cp.async part (KernelPlan::split_rows):
+// Head dims whose rows the producer splits into a TMA part and a 4-column part it copies itself (split_rows):
 // the TMA part must end where the tile's last (16-wide for K, 8-wide for V) panel begins.
 bool split_rows_fit(int d_qk, int d_v) { return d_qk >= 36 && d_qk % 32 == 4 && d_v >= 36 && d_v % 32 == 4; }
 
@@ -89,17 +91,18 @@ int vec_for(int d) {
 // Mirrors FwdShape::stride_for: an odd number of 16-byte chunks per shared-memory row.
 constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
 
-// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle]]" replaces the table row: a
+// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle[,pv_step]]]" replaces the table row: a
 // tuning knob for timing variants without a rebuild. The rendered source (and so the cache key) carries the choice.
 void apply_tile_override(KernelPlan& p) {
     const char* env = std::getenv("RTATTN_TILE");
     if (!env || !*env) return;
-    int v[8] = {0, 0, 0, 0, 0, 0, p.schedule, p.swizzle ? 1 : 0};
-    const int n = std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+    int v[9] = {0, 0, 0, 0, 0, 0, p.schedule, p.swizzle ? 1 : 0, p.pv_step};
+    const int n = std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+                              &v[8]);
     if (n < 6)
         throw ConfigError("RTATTN_TILE", fmt::format("'{}' is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
-                                                     "[,schedule[,swizzle]]", env));
-    const auto [bm, bn, w, mt, st, qr, sched, sw] = v;
+                                                     "[,schedule[,swizzle[,pv_step]]]", env));
+    const auto [bm, bn, w, mt, st, qr, sched, sw, pv] = v;
     if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
         throw ConfigError("RTATTN_TILE", fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
                                                      bm, w, mt));
@@ -112,7 +115,10 @@ void apply_tile_override(KernelPlan& p) {
     if (sched < 0 || sched > 2 || (sched > 0 && p.wgmma && (w > 12 || st < 2)))
         throw ConfigError("RTATTN_TILE", fmt::format("schedule ({}) must be 0..2; 1 and 2 (wgmma only, ignored by "
                                                      "mma.sync plans) need at most 12 MMA warps and 2+ stages", sched));
+    if (pv != 8 && pv != 16) throw ConfigError("RTATTN_TILE", fmt::format("pv_step ({}) must be 8 or 16", pv));
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
+    p.pv_step = pv;
+    p.pad_v = round_up(p.head_dim_v, pv);
     p.schedule = p.wgmma ? sched : 0;
     p.swizzle = p.wgmma && sw != 0;
     p.reason = fmt::format("RTATTN_TILE override ({})", env);
@@ -182,6 +188,8 @@ KernelPlan plan(const AttentionConfig& c) {
     p.q_in_regs = row->q_in_regs;
     p.swizzle = row->swizzle;
     p.schedule = row->schedule;
+    p.pv_step = row->pv_step;
+    p.pad_v = round_up(p.head_dim_v, p.pv_step);  // the row's max_pad is a multiple of 16: still covered
     p.reason = row->why;
     if (p.producer() && (p.vec_qk < 8 || p.vec_v < 8) && !split_rows_fit(p.head_dim_qk, p.head_dim_v)) {
         // A head dim that is not a multiple of 8 (and not 32k+4) leaves packed heads off 16-byte boundaries: no

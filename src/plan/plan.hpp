@@ -19,7 +19,8 @@ struct KernelPlan {
     // What is computed.
     int head_dim_qk = 0, head_dim_v = 0;
     int pad_qk = 0;       // head_dim_qk rounded up to 16: the k of mma.m16n8k16 in QK^T
-    int pad_v = 0;        // head_dim_v rounded up to 8: the n of mma.m16n8k16 in PV
+    int pad_v = 0;        // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 for most wgmma rows)
+    int pv_step = 8;
     bool bf16 = true, causal = false;
     std::string arch;
     // How: one row of the tile table, possibly stepped down to fit the arch's shared memory.
@@ -31,7 +32,7 @@ struct KernelPlan {
     // consumers overlap softmax with PV (rtattn_fwd_sm90_ws.cuh). 2: as 1, consumer warpgroups take turns (ping-pong).
     int schedule = 0;
     // Producer kernels with head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and
-    // 8-byte aligned starts, so TMA moves the aligned d-4 columns of each row and cp.async the other 4.
+    // 8-byte aligned starts, so TMA moves the aligned d-4 columns of each row and the producer threads the other 4.
     bool split_rows = false;
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
