@@ -26,8 +26,9 @@ __device__ __forceinline__ int kv_block_count(int q0, int seqlen_q, int seqlen_k
     return n;
 }
 
-// What one CTA works on: grid x = query block, y = query head, z = batch. GQA: query head h reads kv head
-// h / q_per_kv in place. Pointers are to the first element of this (batch, head); gQ is already at row q0.
+// What one CTA works on: grid x = query block (the last one first when causal), y = query head, z = batch. GQA:
+// query head h reads kv head h / q_per_kv in place. Pointers are to the first element of this (batch, head); gQ is
+// already at row q0.
 struct CtaTile {
     const u16* q;
     const u16* k;
@@ -40,7 +41,9 @@ template <bool kCausal, int kBlockM, int kBlockN>
 __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
     const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
     CtaTile t;
-    t.q0 = blockIdx.x * kBlockM;
+    // Causal: the last query blocks see the most keys; launching them first (blocks are dispatched in x order)
+    // leaves the short ones to fill the final wave.
+    t.q0 = (kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kBlockM;
     t.q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
           (long long)t.q0 * p.q_seq_stride;
     t.k = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
