@@ -10,6 +10,7 @@ out=$(cd "$out" && pwd)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
 cmake --build build-dev -j16 -- -k >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+rm -f "$out/cmake.log" "$out/build.log"  # kept only on failure: the device tool brings back few files
 export RTATTN_CACHE_DIR=$PWD/build-dev/cache
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then

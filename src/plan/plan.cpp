@@ -55,7 +55,8 @@ constexpr TileRow kTiles[] = {
      "stages, 525/520 with 64-key tiles, 379/355 with 176 keys (spills). V padded to 16: d120 as one 128-wide PV "
      "chunk ran 566/584 TFLOPS vs 461/432 as four (64+32+16+8); elsewhere 16 did not pay (d132 543/554 vs 565/556)"},
     {true, 144, 128, 128, 8, 1, 2, false, true, 2, 8,
-     "sm_90a, 128<d<=144: 128x128 tiles with turn-taking, d132 (split rows) 578/544 TFLOPS vs 514/540 without"},
+     "sm_90a, 128<d<=144: 128x128 tiles with turn-taking, d132 (split rows) 544-558/567-578 TFLOPS vs 546-570/"
+     "556-561 without (a tie, kept for causal); 64-key tiles 460/451, 96 keys x 3 stages 468/475"},
     {true, 160, 128, 128, 8, 1, 2, false, true, 2, 8,
      "sm_90a, 128<d<=160: 128x128 tiles, 678/655 TFLOPS at d160 vs 609/582 with 96 keys, 561/538 with 64"},
     {true, 192, 128, 112, 8, 1, 2, false, true, 2, 8,
