@@ -81,7 +81,7 @@ constexpr TileRow kTiles[] = {
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // Head dims whose rows the producer splits into a TMA part and a 4-column part it copies itself (split_rows):
-// the TMA part must end where the tile's last (16-wide for K, 8-wide for V) panel begins.
+// the TMA part must end where the tile's last panel begins (16 wide for K; 8 or 16 for V, by pv_step).
 bool split_rows_fit(int d_qk, int d_v) { return d_qk >= 36 && d_qk % 32 == 4 && d_v >= 36 && d_v % 32 == 4; }
 
 int vec_for(int d) {
@@ -92,8 +92,8 @@ int vec_for(int d) {
 // Mirrors FwdShape::stride_for: an odd number of 16-byte chunks per shared-memory row.
 constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
 
-// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle[,pv_step]]]" replaces the table row: a
-// tuning knob for timing variants without a rebuild. The rendered source (and so the cache key) carries the choice.
+// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle[,pv_step]]]" replaces the table
+// row: a tuning knob for timing variants without a rebuild. The rendered source (and so the cache key) carries it.
 void apply_tile_override(KernelPlan& p) {
     const char* env = std::getenv("RTATTN_TILE");
     if (!env || !*env) return;
