@@ -15,9 +15,11 @@ template <class T>
 struct FwdShapeSm90 {
     static constexpr int kThreads = T::kWarps * 32;
     static constexpr int kStrideV = (T::kPadV / 8) % 2 == 1 ? T::kPadV : T::kPadV + 8;  // epilogue staging rows
+    // Wide V tiles (kWideV) store whole 64-column panels, the last one partly used (see sm90::WideLayout).
+    static constexpr int kVCols = T::kWideV ? (T::kPadV + 63) / 64 * 64 : T::kPadV;
     static constexpr int kQElems = T::kBlockM * T::kPadQK;
     static constexpr int kKElems = T::kBlockN * T::kPadQK;
-    static constexpr int kVElems = T::kBlockN * T::kPadV;
+    static constexpr int kVElems = T::kBlockN * kVCols;
     static constexpr int kOElems = T::kBlockM * kStrideV;
     static constexpr int kMainElems = kQElems + T::kStages * (kKElems + kVElems);
     static constexpr int kSmemBytes = 2 * (kMainElems > kOElems ? kMainElems : kOElems);
@@ -123,14 +125,49 @@ struct TileLayout<kRows, kPad, true> {
     }
 };
 
-// Loads rows x kHeadDim into TileLayout<kRows, kPad, kSwizzle>. Eight consecutive threads take the same 16-byte
+// V tiles as whole 64-column panels with the 128-byte swizzle, the last one only partly used: PV is then one wgmma
+// of n = kPad per k-step through a single descriptor (LBO = panel stride), where the per-width panels of
+// TileLayout need one per panel width. The plan uses it where those panels would end in an 8-wide unswizzled one
+// (d132: n136 instead of n128 + n8, 2-5% faster on an H200); it costs shared memory for the unused columns.
+template <int kRows, int kPad>
+struct WideLayout {
+    static constexpr int kPanels = (kPad + 63) / 64;
+    static constexpr int kPanel64Bytes = kRows * 128;
+    static __device__ __forceinline__ int offset(int r, int c) {  // in elements
+        return ((c >> 6) * kPanel64Bytes + ((r * 128 + (c & 63) * 2) ^ ((r & 7) << 4))) >> 1;
+    }
+    // Calls f(kind 0 = 64-wide TMA map, first column, byte offset) for each panel.
+    template <class F>
+    static __device__ __forceinline__ void for_each_panel(F f) {
+#pragma unroll
+        for (int i = 0; i < kPanels; ++i) f(0, i * 64, i * kPanel64Bytes);
+    }
+    // N-major operand: K rows [16*kk, 16*kk + 16) x all kPad columns, across the panels (LBO).
+    static __device__ __forceinline__ wgmma::u64 n_major(u32 base, int kk) {
+        return wgmma::desc(base + 16 * kk * 128, kPanel64Bytes, 1024, 1);
+    }
+};
+
+// The V tile layout of a plan.
+template <class T, bool kWide = T::kWideV>
+struct VLayoutOf {
+    using type = TileLayout<T::kBlockN, T::kPadV, T::kSwizzle>;
+};
+template <class T>
+struct VLayoutOf<T, true> {
+    using type = WideLayout<T::kBlockN, T::kPadV>;
+};
+template <class T>
+using VLayout = typename VLayoutOf<T>::type;
+
+// Loads rows x kHeadDim into layout L (default TileLayout<kRows, kPad, kSwizzle>). Eight consecutive threads take the same 16-byte
 // column chunk of eight consecutive rows (one core, or one chunk per row of a swizzle atom: distinct bank groups either way), so
 // a warp still reads whole 32-byte sectors of each global row.
 // kLoadRows rows (default: the whole tile) go to tile rows [row_base, row_base + kLoadRows). kUnroll trades
 // registers for issue rate (the producer warpgroup of the warp-specialized kernel runs on few registers).
 // rot (a multiple of kVec): tile column c holds row element (c + rot) mod kHeadDim (the split-row TMA layout).
 template <int kRows, int kHeadDim, int kPad, bool kSwizzle, int kVec, int kThreads, int kLoadRows = kRows,
-          int kUnroll = 4>
+          int kUnroll = 4, class L = TileLayout<kRows, kPad, kSwizzle>>
 __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid,
                                           int row_base = 0, int rot = 0) {
     constexpr int kPerRow = kHeadDim / kVec;
@@ -144,7 +181,7 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
         const bool valid = r < valid_rows;
         const int c_src = c + rot < kHeadDim ? c + rot : c + rot - kHeadDim;
         const u16* src = valid ? g + r * row_stride + c_src : g;
-        const int at = TileLayout<kRows, kPad, kSwizzle>::offset(row_base + r, c);
+        const int at = L::offset(row_base + r, c);
         if constexpr (kVec >= 2) {
             ptx::cp_async<kVec * 2>(ptx::smem_u32(s + at), src, valid);
         } else {
@@ -199,12 +236,17 @@ __device__ __forceinline__ void issue_qk(float (&s)[1][T::kBlockN / 8][4], u32 q
 template <class T>
 __device__ __forceinline__ void issue_pv(float (&acc)[1][T::kPadV / 8][4], const u32 (&pa)[T::kBlockN / 16][4],
                                          u32 v_addr) {
-    using LV = TileLayout<T::kBlockN, T::kPadV, T::kSwizzle>;
+    using LV = VLayout<T>;
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-        for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
-            mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
-        });
+        if constexpr (T::kWideV) {
+            // One instruction per k-step; widths other than 8/16/32/64/128 come from the rendered source.
+            wgmma::Mma<T::kPadV, T::kBF16>::template rs<true>(&acc[0][0][0], pa[kk], LV::n_major(v_addr, kk), 1);
+        } else {
+            for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
+                mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
+            });
+        }
     }
     wgmma::commit();
 }
@@ -220,6 +262,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][T::kBlockN / 8][4], u
 
 template <class T>
 __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
+    static_assert(!T::kWideV, "wide V tiles are planned for the warp-specialized kernel only");
     using S = FwdShapeSm90<T>;
     using detail::u16;
     using detail::u32;

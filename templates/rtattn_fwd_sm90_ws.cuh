@@ -45,6 +45,8 @@ struct FwdShapeSm90Ws {
                                      T::kHeadDimV % 32 == 4 && T::kPadQK == kMainQK + 16 &&
                                      (T::kPadV == kMainV + 8 || T::kPadV == kMainV + 16)),
                   "split rows: head dims 32k+4, swizzled tiles (TMA panels 64 and 32 wide only)");
+    // Wide V: a 64-column TMA box may not cover the 4 stored columns, so the TMA part must fill whole panels.
+    static_assert(!T::kWideV || (T::kSwizzle && (!T::kSplitRows || kMainV % 64 == 0)), "wide V tiles");
 };
 
 namespace sm90 {
@@ -68,7 +70,7 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
     using detail::u32;
     using B = FwdShapeSm90<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
-    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
+    using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     if (lane != 0) return;
     const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = blockIdx.z;
@@ -107,7 +109,7 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     using B = FwdShapeSm90<T>;
     using S = FwdShapeSm90Ws<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
-    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
+    using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     constexpr int kRows = (T::kBlockN + 127) / 128;  // tail rows per thread and tile
     const FwdParams& p = pt.p;
@@ -177,7 +179,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     constexpr int kKP = T::kBlockN / 16;
     using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
-    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, T::kSwizzle>;
+    using LV = sm90::VLayout<T>;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     u16* sQ = reinterpret_cast<u16*>(smem_raw);
@@ -243,7 +245,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
                 sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, ptid);
             sm90::signal_loaded<T::kVecQK>(full_k(slot));
             if (j >= kSt) ptx::mbar_wait(empty_v(slot), parity);
-            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN, S::kLoadUnroll>(
+            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN, S::kLoadUnroll, LV>(
                 sV + slot * B::kVElems, cta.v + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, ptid);
             sm90::signal_loaded<T::kVecV>(full_v(slot));
         }

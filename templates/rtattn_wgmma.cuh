@@ -1,6 +1,8 @@
 // wgmma (sm_90a) wrappers: D(64xN, fp32) += A(64x16) * B(16xN) for the N widths the Hopper kernel issues.
 // Each width needs its own instruction text and N/2 accumulator operands per thread, so the asm is spelled out
-// per width (this file was written out by a short script; keep the pattern if you add a width).
+// per width (this file was written out by a short script; keep the pattern if you add a width). Other widths with
+// A from registers (the single PV instruction of a wide-V plan, e.g. n136) are written into the rendered source by
+// src/render/render.cpp.
 #pragma once
 #include "rtattn_ptx.cuh"
 

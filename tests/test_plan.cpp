@@ -54,7 +54,7 @@ TEST_CASE("every head dim plans on every arch within its shared memory", "[plan]
             const auto p = plan(cfg(d, arch));
             CHECK(p.smem_bytes <= limit);
             CHECK(p.smem_bytes == rtattn::plan::smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma,
-                                                                   p.producer()));
+                                                                   p.producer(), p.wide_v));
             if (p.wgmma) CHECK(std::string(arch) == "sm_90a");
             CHECK(p.block_m == p.warps * p.m_tiles * 16);
             CHECK(p.block_n % 16 == 0);
@@ -72,11 +72,11 @@ TEST_CASE("swizzled wgmma tiles keep every K/V tile on a 1024-byte swizzle atom"
             const auto p = plan(cfg(dq, "sm_90a", dv));
             if (!p.swizzle) continue;
             CHECK(p.block_n * p.pad_qk * 2 % 1024 == 0);
-            CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
+            CHECK(p.block_n * (p.wide_v ? (p.pad_v + 63) / 64 * 64 : p.pad_v) * 2 % 1024 == 0);
             CHECK(p.block_m * p.pad_qk * 2 % 1024 == 0);
         }
     // 96-key tiles of d_v 152 would end mid-atom: the plan narrows the key tile rather than mis-address wgmma.
-    setenv("RTATTN_TILE", "128,96,8,1,2,0,2,1,8", 1);
+    setenv("RTATTN_TILE", "128,96,8,1,2,0,2,1,8,0", 1);
     const auto p = plan(cfg(145, "sm_90a"));
     unsetenv("RTATTN_TILE");
     CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
@@ -124,6 +124,34 @@ TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the t
     CHECK(!plan(cfg(128, "sm_90a")).split_rows);
     setenv("RTATTN_TILE", "128,128,8,1,2,0,0", 1);  // a cooperative plan has no producer to split rows
     CHECK(!plan(cfg(132, "sm_90a")).split_rows);
+    unsetenv("RTATTN_TILE");
+}
+
+TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in an 8-wide one", "[plan]") {
+    for (int d = 1; d <= 256; ++d) {
+        CAPTURE(d);
+        const auto p = plan(cfg(d, "sm_90a"));
+        if (!p.wide_v) continue;
+        CHECK(p.producer());
+        CHECK(p.swizzle);
+        CHECK(p.pad_v % 16 == 8);  // only where per-width panels would end in an 8-wide one
+        if (p.split_rows) CHECK((d - 4) % 64 == 0);
+        CHECK(p.kernel().find("one PV instruction") != std::string::npos);
+    }
+    const auto d132 = plan(cfg(132, "sm_90a"));
+    CHECK(d132.wide_v);
+    CHECK(d132.smem_bytes ==
+          rtattn::plan::smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, true, true, false) +
+              2 * d132.stages * d132.block_n * (192 - 136));
+    CHECK(!plan(cfg(100, "sm_90a")).wide_v);  // split rows whose TMA part (96) ends inside a 64-column panel
+    CHECK(!plan(cfg(128, "sm_90a")).wide_v);  // one 128-wide instruction already
+    CHECK(!plan(cfg(96, "sm_90a")).wide_v);   // 64 + 32: timed no faster as one instruction
+    CHECK(plan(cfg(136, "sm_90a")).wide_v);
+    CHECK(!plan(cfg(132, "sm_80")).wide_v);
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,8,0", 1);
+    CHECK(!plan(cfg(132, "sm_90a")).wide_v);
+    setenv("RTATTN_TILE", "128,128,8,1,2,0,0,1,8,1", 1);  // the cooperative kernel keeps per-width panels
+    CHECK(!plan(cfg(136, "sm_90a")).wide_v);
     unsetenv("RTATTN_TILE");
 }
 

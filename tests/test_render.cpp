@@ -40,6 +40,17 @@ TEST_CASE("the stub carries the plan as traits", "[render]") {
     for (const auto& h : r.headers) CHECK(h.text.find("#include <") == std::string::npos);
 }
 
+TEST_CASE("a wide-V plan's PV instruction wrapper is written into the stub", "[render]") {
+    const auto wide = render_for(132, false, "sm_90a");  // V padded to 136: not among the header's widths
+    CHECK(wide.stub.find("kWideV = true;") != std::string::npos);
+    CHECK(wide.stub.find("wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16") != std::string::npos);
+    CHECK(wide.stub.find("\"+f\"(d[67])") != std::string::npos);
+    CHECK(wide.stub.find("\"+f\"(d[68])") == std::string::npos);
+    const auto narrow = render_for(128, false, "sm_90a");
+    CHECK(narrow.stub.find("kWideV = false;") != std::string::npos);
+    CHECK(narrow.stub.find("wgmma.mma_async") == std::string::npos);
+}
+
 TEST_CASE("different configs and arches give different keys", "[render]") {
     const auto k1 = rtattn::cache_key(render_for(128, false, "sm_90a"), "sm_90a");
     CHECK(k1 != rtattn::cache_key(render_for(128, true, "sm_90a"), "sm_90a"));

@@ -116,8 +116,8 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
     } else {
         ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, a.seqlen_k, heads_kv, a.batch), p.pad_qk,
                          p.block_n, p.bf16, out.tma_seq_dim) &&
-             encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, a.seqlen_k, heads_kv, a.batch), p.pad_v, p.block_n,
-                         p.bf16, out.tma_seq_dim);
+             encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, a.seqlen_k, heads_kv, a.batch),
+                         p.wide_v ? (p.pad_v + 63) / 64 * 64 : p.pad_v, p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
     if (!ok) out.k_rot[0] = out.k_rot[1] = out.v_rot[0] = out.v_rot[1] = 0;  // cp.async loads rows unrotated

@@ -84,6 +84,18 @@ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 // the TMA part must end where the tile's last panel begins (16 wide for K; 8 or 16 for V, by pv_step).
 bool split_rows_fit(int d_qk, int d_v) { return d_qk >= 36 && d_qk % 32 == 4 && d_v >= 36 && d_v % 32 == 4; }
 
+// Flags that follow from the tile choice; called again whenever the choice changes. Wide V (requested by default,
+// off with RTATTN_TILE's 10th field) needs swizzled tiles in a producer kernel, and with split rows the TMA part of
+// each V row must fill whole 64-column panels (a box there would cover the stored columns). It is used only where
+// the per-width panels end in an 8-wide one: there one n=pad_v instruction per k-step beat n128 + n8 (d132
+// 547-569/562-579 TFLOPS vs 521-552/557-574 on an H200); where they do not, it did not pay (d96 519-579/524-532 vs
+// 525-566/540-543, d256 629-647/693-697 vs 659-675/700-701; d80, d160, d192 within noise).
+void settle_layout_flags(KernelPlan& p) {
+    p.split_rows = p.producer() && p.swizzle && split_rows_fit(p.head_dim_qk, p.head_dim_v);
+    p.wide_v = p.wide_v && p.producer() && p.swizzle && p.pad_v % 16 == 8 &&
+               (!p.split_rows || (p.head_dim_v - 4) % 64 == 0);
+}
+
 int vec_for(int d) {
     for (int v : {8, 4, 2}) if (d % v == 0) return v;
     return 1;
@@ -92,18 +104,19 @@ int vec_for(int d) {
 // Mirrors FwdShape::stride_for: an odd number of 16-byte chunks per shared-memory row.
 constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
 
-// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle[,pv_step]]]" replaces the table
-// row: a tuning knob for timing variants without a rebuild. The rendered source (and so the cache key) carries it.
+// RTATTN_TILE="block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle[,pv_step[,wide_v]]]]" replaces
+// the table row: a tuning knob for timing variants without a rebuild. The rendered source (and so the cache key)
+// carries it.
 void apply_tile_override(KernelPlan& p) {
     const char* env = std::getenv("RTATTN_TILE");
     if (!env || !*env) return;
-    int v[9] = {0, 0, 0, 0, 0, 0, p.schedule, p.swizzle ? 1 : 0, p.pv_step};
-    const int n = std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
-                              &v[8]);
+    int v[10] = {0, 0, 0, 0, 0, 0, p.schedule, p.swizzle ? 1 : 0, p.pv_step, p.wide_v ? 1 : 0};
+    const int n = std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                              &v[7], &v[8], &v[9]);
     if (n < 6)
         throw ConfigError("RTATTN_TILE", fmt::format("'{}' is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
-                                                     "[,schedule[,swizzle[,pv_step]]]", env));
-    const auto [bm, bn, w, mt, st, qr, sched, sw, pv] = v;
+                                                     "[,schedule[,swizzle[,pv_step[,wide_v]]]]", env));
+    const auto [bm, bn, w, mt, st, qr, sched, sw, pv, wide] = v;
     if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
         throw ConfigError("RTATTN_TILE", fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
                                                      bm, w, mt));
@@ -120,6 +133,7 @@ void apply_tile_override(KernelPlan& p) {
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
     p.pv_step = pv;
     p.pad_v = round_up(p.head_dim_v, pv);
+    p.wide_v = wide != 0;
     p.schedule = p.wgmma ? sched : 0;
     p.swizzle = p.wgmma && sw != 0;
     p.reason = fmt::format("RTATTN_TILE override ({})", env);
@@ -130,7 +144,8 @@ void apply_tile_override(KernelPlan& p) {
 // or fall back to interleaved tiles, which have no such constraint.
 void align_swizzled_tiles(KernelPlan& p) {
     if (!p.wgmma || !p.swizzle) return;
-    auto aligned = [&] { return p.block_n * p.pad_qk * 2 % 1024 == 0 && p.block_n * p.pad_v * 2 % 1024 == 0; };
+    const int v_cols = p.wide_v ? round_up(p.pad_v, 64) : p.pad_v;
+    auto aligned = [&] { return p.block_n * p.pad_qk * 2 % 1024 == 0 && p.block_n * v_cols * 2 % 1024 == 0; };
     while (!aligned() && p.block_n > 16) p.block_n -= 16;
     if (!aligned()) p.swizzle = false;
 }
@@ -143,9 +158,11 @@ const ArchInfo& arch_info(const std::string& arch) {
     throw ConfigError("arch", fmt::format("'{}' cannot be planned; supported: {}", arch, known_archs()));
 }
 
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer) {
-    // wgmma tiles are stored as packed 8x8 core matrices (no row padding); mma.sync tiles as padded rows.
-    const int sqk = wgmma ? pad_qk : smem_stride(pad_qk), sv = wgmma ? pad_v : smem_stride(pad_v);
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer, bool wide_v) {
+    // wgmma tiles are stored as packed 8x8 core matrices (no row padding); mma.sync tiles as padded rows. Wide V
+    // tiles take whole 64-column panels.
+    const int sqk = wgmma ? pad_qk : smem_stride(pad_qk);
+    const int sv = wide_v ? round_up(pad_v, 64) : wgmma ? pad_v : smem_stride(pad_v);
     const int main_elems = block_m * sqk + stages * block_n * (sqk + sv);
     const int o_elems = block_m * smem_stride(pad_v);  // the epilogue stages O in padded rows
     const int bytes = 2 * (main_elems > o_elems ? main_elems : o_elems);
@@ -191,6 +208,7 @@ KernelPlan plan(const AttentionConfig& c) {
     p.schedule = row->schedule;
     p.pv_step = row->pv_step;
     p.pad_v = round_up(p.head_dim_v, p.pv_step);  // the row's max_pad is a multiple of 16: still covered
+    p.wide_v = true;  // a request: settle_layout_flags keeps it only where it applies
     p.reason = row->why;
     if (p.producer() && (p.vec_qk < 8 || p.vec_v < 8) && !split_rows_fit(p.head_dim_qk, p.head_dim_v)) {
         // A head dim that is not a multiple of 8 (and not 32k+4) leaves packed heads off 16-byte boundaries: no
@@ -210,10 +228,12 @@ KernelPlan plan(const AttentionConfig& c) {
     }
     apply_tile_override(p);
 
+    settle_layout_flags(p);
     align_swizzled_tiles(p);
+    settle_layout_flags(p);  // alignment may have given up swizzled tiles
     // Arches with less shared memory: narrow the key tile to 64 first (per-tile overhead grows, but the pipeline
     // keeps hiding load latency), then give up pipeline depth, then narrow further.
-    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma, p.producer());
+    p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma, p.producer(), p.wide_v);
     while (p.smem_bytes > ai.smem_optin) {
         if (p.block_n > 64)
             p.block_n = std::max(64, p.block_n / 32 * 16);  // halve, staying a multiple of 16
@@ -225,11 +245,11 @@ KernelPlan plan(const AttentionConfig& c) {
             throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; d{}/{} needs {} B",
                                                   ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
         align_swizzled_tiles(p);
-        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma, p.producer());
+        settle_layout_flags(p);
+        p.smem_bytes = smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma, p.producer(), p.wide_v);
         p.reason += fmt::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
                                 ai.smem_optin / 1024);
     }
-    p.split_rows = p.producer() && p.swizzle && split_rows_fit(p.head_dim_qk, p.head_dim_v);
     return p;
 }
 
@@ -239,6 +259,7 @@ std::string KernelPlan::kernel() const {
     if (schedule == 1) k += ", producer warpgroup";
     if (schedule == 2) k += ", producer warpgroup, ping-pong";
     if (split_rows) k += ", split rows";
+    if (wide_v) k += ", one PV instruction";
     return k;
 }
 

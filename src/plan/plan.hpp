@@ -34,6 +34,9 @@ struct KernelPlan {
     // Producer kernels with head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and
     // 8-byte aligned starts, so TMA moves the aligned d-4 columns of each row and the producer threads the other 4.
     bool split_rows = false;
+    // Producer kernels: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
+    // per k-step instead of one per panel width (templates: sm90::WideLayout).
+    bool wide_v = false;
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
     bool producer() const { return wgmma && schedule > 0; }
@@ -54,6 +57,6 @@ KernelPlan plan(const AttentionConfig& config);
 
 // Shared memory the kernel template will declare for these tiles (mirrors FwdShape / FwdShapeSm90 in templates/;
 // the rendered stub static_asserts the two agree).
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer);
+int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer, bool wide_v);
 
 }  // namespace rtattn::plan
