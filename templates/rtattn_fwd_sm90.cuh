@@ -127,7 +127,8 @@ struct TileLayout<kRows, kPad, true> {
 
 // V tiles as whole 64-column panels with the 128-byte swizzle, the last one only partly used: PV is then one wgmma
 // of n = kPad per k-step through a single descriptor (LBO = panel stride), where the per-width panels of
-// TileLayout need one per panel width. The plan uses it where those panels would end in an 8-wide unswizzled one
+// TileLayout need one per panel width. (The same addresses as TileLayout<kRows, kPad rounded up to 64, true>,
+// written out: that one's per-width branches cost ~1 KB more code where the column is not a constant.) The plan uses it where those panels would end in an 8-wide unswizzled one
 // (d132: n136 instead of n128 + n8, 2-5% faster on an H200); it costs shared memory for the unused columns.
 template <int kRows, int kPad>
 struct WideLayout {
@@ -160,9 +161,9 @@ struct VLayoutOf<T, true> {
 template <class T>
 using VLayout = typename VLayoutOf<T>::type;
 
-// Loads rows x kHeadDim into layout L (default TileLayout<kRows, kPad, kSwizzle>). Eight consecutive threads take the same 16-byte
-// column chunk of eight consecutive rows (one core, or one chunk per row of a swizzle atom: distinct bank groups either way), so
-// a warp still reads whole 32-byte sectors of each global row.
+// Loads rows x kHeadDim into layout L (default TileLayout<kRows, kPad, kSwizzle>). Eight consecutive threads take
+// the same 16-byte column chunk of eight consecutive rows (one core, or one chunk per row of a swizzle atom:
+// distinct bank groups either way), so a warp still reads whole 32-byte sectors of each global row.
 // kLoadRows rows (default: the whole tile) go to tile rows [row_base, row_base + kLoadRows). kUnroll trades
 // registers for issue rate (the producer warpgroup of the warp-specialized kernel runs on few registers).
 // rot (a multiple of kVec): tile column c holds row element (c + rot) mod kHeadDim (the split-row TMA layout).

@@ -19,7 +19,7 @@ struct KernelPlan {
     // What is computed.
     int head_dim_qk = 0, head_dim_v = 0;
     int pad_qk = 0;       // head_dim_qk rounded up to 16: the k of mma.m16n8k16 in QK^T
-    int pad_v = 0;        // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 for most wgmma rows)
+    int pad_v = 0;        // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 where the table says)
     int pv_step = 8;
     bool bf16 = true, causal = false;
     std::string arch;
