@@ -43,6 +43,11 @@ TEST_CASE("head dims pad to the MMA shape, not to a bucket", "[plan]") {
     CHECK(plan(cfg(132, "sm_90a")).pad_v == 144);
     setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,12", 1);
     CHECK_THROWS_AS(plan(cfg(132, "sm_90a")), rtattn::ConfigError);
+    for (const char* bad : {"128,128,8,1,2,0,2,1,8,2", "128,128,8,1,2,0,2,5", "128,128,8,1,2,3,2"}) {
+        CAPTURE(bad);
+        setenv("RTATTN_TILE", bad, 1);
+        CHECK_THROWS_AS(plan(cfg(132, "sm_90a")), rtattn::ConfigError);  // flags are 0 or 1, nothing else
+    }
     unsetenv("RTATTN_TILE");
 }
 

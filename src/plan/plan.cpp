@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "rtattn/errors.hpp"
 
@@ -130,6 +131,8 @@ void apply_tile_override(KernelPlan& p) {
         throw ConfigError("RTATTN_TILE", fmt::format("schedule ({}) must be 0..2; 1 and 2 (wgmma only, ignored by "
                                                      "mma.sync plans) need at most 12 MMA warps and 2+ stages", sched));
     if (pv != 8 && pv != 16) throw ConfigError("RTATTN_TILE", fmt::format("pv_step ({}) must be 8 or 16", pv));
+    for (const auto& [name, flag] : {std::pair{"q_in_regs", qr}, {"swizzle", sw}, {"wide_v", wide}})
+        if (flag != 0 && flag != 1) throw ConfigError("RTATTN_TILE", fmt::format("{} ({}) must be 0 or 1", name, flag));
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
     p.pv_step = pv;
     p.pad_v = round_up(p.head_dim_v, pv);
