@@ -1,5 +1,6 @@
 // Throughput: device events around each launch, warm-up first, median of many, inputs rotated between two buffer
 // sets so a run never starts with the previous run's K/V in L2. FLOPs = 4*B*H*Sq*Sk*d (halved when causal).
+// --interleave launches the shapes round-robin, for ratios between shapes on a card whose clock drifts.
 // Latency: cold NVRTC compile, disk hit in a fresh Runtime, in-memory hit.
 #include "bench.hpp"
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -60,72 +62,105 @@ double median(std::vector<double> v) {
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-nlohmann::json bench_one(Runtime& rt, const BenchOptions& o, int d, int S, bool causal, const std::string& dt) {
-    AttentionConfig c;
-    c.head_dim_qk = d;
-    c.dtype = dtype_from_string(dt);
-    c.causal = causal;
-    const int H = heads_for(d, o);
-    c.num_heads_q = H;
-    c.num_heads_kv = std::max(1, H / o.gqa);
-    if (H % c.num_heads_kv) c.num_heads_kv = H;
-    const int B = std::max(1, o.tokens / S);
-    Kernel kernel = rt.get(c);
-
-    const std::size_t nq = std::size_t(B) * S * H * d, nkv = std::size_t(B) * S * c.num_heads_kv * d;
-    // One random host array; each tensor reads it at a different offset, so no two tensors are equal.
-    const auto host = random_halves(nq + 64, c.dtype == Dtype::bf16, unsigned(d * 7919 + S));
+// One shape of the grid: its kernel, two input sets and the launch times taken so far.
+struct Case {
+    int d = 0, S = 0, B = 0, H = 0;
+    bool causal = false;
+    std::string dtype;
+    AttentionConfig config;
+    Kernel kernel;
     BufferSet sets[2];
+    ForwardArgs args[2];
+    std::vector<double> ms;
+    int launches = 0;
+};
+
+std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, bool causal, const std::string& dt) {
+    auto cs = std::make_unique<Case>();
+    Case& c = *cs;
+    c.d = d, c.S = S, c.causal = causal, c.dtype = dt;
+    c.config.head_dim_qk = d;
+    c.config.dtype = dtype_from_string(dt);
+    c.config.causal = causal;
+    c.H = heads_for(d, o);
+    c.config.num_heads_q = c.H;
+    c.config.num_heads_kv = std::max(1, c.H / o.gqa);
+    if (c.H % c.config.num_heads_kv) c.config.num_heads_kv = c.H;
+    c.B = std::max(1, o.tokens / S);
+    c.kernel = rt.get(c.config);
+    const int H = c.H, Hkv = c.config.num_heads_kv, B = c.B;
+
+    const std::size_t nq = std::size_t(B) * S * H * d, nkv = std::size_t(B) * S * Hkv * d;
+    // One random host array; each tensor reads it at a different offset, so no two tensors are equal.
+    const auto host = random_halves(nq + 64, c.config.dtype == Dtype::bf16, unsigned(d * 7919 + S));
     for (int i = 0; i < 2; ++i) {
-        sets[i].q = driver::DeviceBuffer(nq * 2);
-        sets[i].k = driver::DeviceBuffer(nkv * 2);
-        sets[i].v = driver::DeviceBuffer(nkv * 2);
-        sets[i].o = driver::DeviceBuffer(nq * 2);
-        sets[i].q.upload(host.data() + 1 + i, nq * 2);
-        sets[i].k.upload(host.data() + 17 + i, nkv * 2);
-        sets[i].v.upload(host.data() + 33 + i, nkv * 2);
-    }
-    auto args_for = [&](const BufferSet& s) {
-        ForwardArgs a;
+        BufferSet& s = c.sets[i];
+        s.q = driver::DeviceBuffer(nq * 2);
+        s.k = driver::DeviceBuffer(nkv * 2);
+        s.v = driver::DeviceBuffer(nkv * 2);
+        s.o = driver::DeviceBuffer(nq * 2);
+        s.q.upload(host.data() + 1 + i, nq * 2);
+        s.k.upload(host.data() + 17 + i, nkv * 2);
+        s.v.upload(host.data() + 33 + i, nkv * 2);
+        ForwardArgs& a = c.args[i];
         a.q = ForwardArgs::contiguous(s.q.get(), S, H, d);
-        a.k = ForwardArgs::contiguous(s.k.get(), S, c.num_heads_kv, d);
-        a.v = ForwardArgs::contiguous(s.v.get(), S, c.num_heads_kv, d);
+        a.k = ForwardArgs::contiguous(s.k.get(), S, Hkv, d);
+        a.v = ForwardArgs::contiguous(s.v.get(), S, Hkv, d);
         a.o = ForwardArgs::contiguous(s.o.get(), S, H, d);
         a.batch = B;
         a.seqlen_q = a.seqlen_k = S;
-        return a;
-    };
-    const ForwardArgs args[2] = {args_for(sets[0]), args_for(sets[1])};
+    }
+    return cs;
+}
+
+struct Timer {
     driver::Stream stream;
-    CUevent e0, e1;
-    check(api().cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
-    check(api().cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
-    for (int i = 0; i < o.warmup; ++i) kernel.forward(args[i % 2], stream.get());
-    std::vector<double> ms;
-    for (int i = 0; i < o.reps; ++i) {
+    CUevent e0 = nullptr, e1 = nullptr;
+    Timer() {
+        check(api().cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+        check(api().cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+    }
+    ~Timer() {
+        api().cuEventDestroy(e0);
+        api().cuEventDestroy(e1);
+    }
+    // One launch on the next input set; `timed` records its device time.
+    void launch(Case& c, bool timed) {
+        const ForwardArgs& a = c.args[c.launches++ % 2];
+        if (!timed) return c.kernel.forward(a, stream.get());
         check(api().cuEventRecord(e0, stream.get()), "cuEventRecord");
-        kernel.forward(args[i % 2], stream.get());
+        c.kernel.forward(a, stream.get());
         check(api().cuEventRecord(e1, stream.get()), "cuEventRecord");
         check(api().cuEventSynchronize(e1), "cuEventSynchronize");
         float t = 0;
         check(api().cuEventElapsedTime(&t, e0, e1), "cuEventElapsedTime");
-        ms.push_back(t);
+        c.ms.push_back(t);
     }
-    api().cuEventDestroy(e0);
-    api().cuEventDestroy(e1);
-    const double t = median(ms);
-    const double flops = 4.0 * B * H * double(S) * S * d / (causal ? 2 : 1);
+};
+
+nlohmann::ordered_json result(const Case& c) {
+    const double t = median(c.ms);
+    const double flops = 4.0 * c.B * c.H * double(c.S) * c.S * c.d / (c.causal ? 2 : 1);
+    const auto& info = c.kernel.info();
     nlohmann::ordered_json j;
-    j["d"] = d, j["S"] = S, j["B"] = B, j["H"] = H, j["H_kv"] = c.num_heads_kv, j["causal"] = causal;
-    j["dtype"] = dt;
+    j["d"] = c.d, j["S"] = c.S, j["B"] = c.B, j["H"] = c.H, j["H_kv"] = c.config.num_heads_kv;
+    j["causal"] = c.causal;
+    j["dtype"] = c.dtype;
     j["ms"] = t;
     j["tflops"] = flops / (t * 1e-3) / 1e12;
-    j["registers"] = kernel.info().registers;
-    j["useful_flop_fraction"] = kernel.info().plan.useful_flop_fraction;
-    j["tile"] = fmt::format("{}x{} w{} s{}", kernel.info().plan.block_m, kernel.info().plan.block_n,
-                            kernel.info().plan.warps, kernel.info().plan.stages);
-    j["kernel"] = kernel.info().plan.kernel;
+    j["registers"] = info.registers;
+    j["useful_flop_fraction"] = info.plan.useful_flop_fraction;
+    j["tile"] = fmt::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
+    j["kernel"] = info.plan.kernel;
     return j;
+}
+
+void print_row(const nlohmann::ordered_json& j) {
+    fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
+               j["S"].get<int>(), j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
+               j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
+               j["registers"].get<int>(), j["tile"].get<std::string>(), j["kernel"].get<std::string>());
+    std::fflush(stdout);
 }
 
 int run_throughput(const BenchOptions& o) {
@@ -133,29 +168,44 @@ int run_throughput(const BenchOptions& o) {
     ro.cache_dir = o.cache_dir;
     Runtime rt(ro);
     const auto dev = driver::current_device();
-    fmt::print("# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}\n", dev.name, dev.arch(), dev.sms,
-               dev.driver_version, version());
+    fmt::print("# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}{}\n", dev.name, dev.arch(), dev.sms,
+               dev.driver_version, version(), o.interleave ? ", shapes interleaved launch by launch" : "");
     fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
                "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
-    nlohmann::json rows = nlohmann::json::array();
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     int failures = 0;
+    Timer timer;
+    // Interleaved, every shape is prepared first and each round launches each shape once: drift in the clock
+    // (power, temperature) then falls on all shapes alike, which is what a ratio between shapes needs.
+    std::vector<std::unique_ptr<Case>> cases;
+    auto finish = [&](Case& c) {
+        auto j = result(c);
+        print_row(j);
+        rows.push_back(std::move(j));
+    };
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
             for (int S : o.seqlens)
                 for (bool causal : o.causal) {
                     try {
-                        auto j = bench_one(rt, o, d, S, causal, dt);
-                        fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", d, S,
-                                   j["B"].get<int>(), j["H"].get<int>(), causal ? 1 : 0, dt, j["ms"].get<double>(),
-                                   j["tflops"].get<double>(), j["registers"].get<int>(), j["tile"].get<std::string>(),
-                                   j["kernel"].get<std::string>());
-                        std::fflush(stdout);
-                        rows.push_back(std::move(j));
+                        auto c = prepare(rt, o, d, S, causal, dt);
+                        if (o.interleave) {
+                            cases.push_back(std::move(c));
+                            continue;
+                        }
+                        for (int i = 0; i < o.warmup; ++i) timer.launch(*c, false);
+                        for (int i = 0; i < o.reps; ++i) timer.launch(*c, true);
+                        finish(*c);
                     } catch (const Error& e) {
                         ++failures;
                         fmt::print("{:>4} {:>6} causal={} {}: error: {}\n", d, S, causal, dt, e.what());
                     }
                 }
+    for (int i = 0; i < o.warmup; ++i)
+        for (auto& c : cases) timer.launch(*c, false);
+    for (int i = 0; i < o.reps; ++i)
+        for (auto& c : cases) timer.launch(*c, true);
+    for (auto& c : cases) finish(*c);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << rows.dump(1) << "\n";
     return failures ? 1 : 0;
 }

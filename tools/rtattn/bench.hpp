@@ -18,6 +18,7 @@ struct BenchOptions {
     std::string json_path;     // write results here when set
     std::string cache_dir;
     bool latency = false;      // JIT latency mode instead of throughput
+    bool interleave = false;   // launch the shapes round-robin instead of one after another
 };
 
 // Returns a process exit code; prints a table to stdout.

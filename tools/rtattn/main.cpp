@@ -836,6 +836,8 @@ int main(int argc, char** argv) {
     bench->add_option("--reps", bench_opts.reps, "timed runs; the median is reported (default 30)")
         ->check(CLI::Range(1, 10000));
     bench->add_option("--json", bench_opts.json_path, "write the results as JSON to this file")->type_name("FILE");
+    bench->add_flag("--interleave", bench_opts.interleave,
+                    "prepare every shape first, then launch them round-robin (ratios between shapes)");
     bench->add_flag("--latency", bench_opts.latency,
                     "JIT latency instead: cold compile, disk hit (fresh Runtime), in-memory hit");
 
