@@ -204,9 +204,9 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
     detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp_row0,
-                                                                         cta, lane);
+                                                                         q0, lane);
     __syncthreads();
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, cta, tid);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, q0, tid);
 }
 
 }  // namespace rtattn

@@ -360,9 +360,9 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
-    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, cta, lane);
+    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
     __syncthreads();
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, cta, tid);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, q0, tid);
 }
 
 }  // namespace rtattn

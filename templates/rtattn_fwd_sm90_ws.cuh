@@ -65,15 +65,15 @@ __device__ __forceinline__ void signal_loaded(u32 bar) {
 // TMA producer, one warp (lane 0 does the work): a box per panel and tile, completing on the slot's full barrier.
 // Rows past seqlen_k and columns past the head dim arrive as zeros, so tails and padding need no extra work.
 template <class T>
-__device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, const detail::CtaTile& cta, detail::u16* sK,
-                                            detail::u16* sV, detail::u32 bars, int lane) {
+__device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
+                                            detail::u32 bars, int n_blocks, int lane) {
     using detail::u32;
     using B = FwdShapeSm90<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     if (lane != 0) return;
-    const int kv_head = cta.kv_head, batch = cta.batch, n_blocks = cta.n_blocks;
+    const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = blockIdx.z;
     for (int j = 0; j < n_blocks; ++j) {
         const int slot = j % kSt, k0 = j * T::kBlockN;
         const u32 full_k = bars + 8 * slot, full_v = bars + 8 * (kSt + slot);
@@ -102,8 +102,8 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, const detail
 // after the wait and completing on the barrier made d132 ~7% slower on an H200 than leaving the copies out.)
 // The slot's full barrier completes once the TMA bytes have landed and all 128 threads have arrived (1 + 128).
 template <class T>
-__device__ __forceinline__ void produce_split(const FwdParamsTma& pt, const detail::CtaTile& cta, detail::u16* sK,
-                                              detail::u16* sV, detail::u32 bars, int ptid) {
+__device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
+                                              detail::u32 bars, int n_blocks, int ptid) {
     using detail::u16;
     using detail::u32;
     using B = FwdShapeSm90<T>;
@@ -113,7 +113,7 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, const deta
     constexpr int kSt = T::kStages;
     constexpr int kRows = (T::kBlockN + 127) / 128;  // tail rows per thread and tile
     const FwdParams& p = pt.p;
-    const int kv_head = cta.kv_head, batch = cta.batch, parity_class = kv_head & 1, n_blocks = cta.n_blocks;
+    const int kv_head = blockIdx.y / p.q_per_kv, batch = blockIdx.z, parity_class = kv_head & 1;
     const int head_coord = kv_head >> 1;  // each map's head dimension steps two kv heads
     // Row element that lands in tail column kMain: the one after the TMA part, wrapping to the row's start.
     const int k_tail = (S::kMainQK + pt.k_rot[parity_class]) % T::kHeadDimQK;
@@ -227,12 +227,12 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         ptx::setmaxnreg_dec<S::kProducerRegs>();
         if constexpr (T::kSplitRows) {
             if (pt.use_tma != 0) {
-                produce_split<T>(pt, cta, sK, sV, bars, tid - S::kConsumerThreads);
+                produce_split<T>(pt, sK, sV, bars, n_blocks, tid - S::kConsumerThreads);
                 return;
             }
         } else if constexpr (T::kSwizzle) {
             if (pt.use_tma != 0) {
-                if (warp == 4 * kNC) produce_tma<T>(pt, cta, sK, sV, bars, lane);
+                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, bars, n_blocks, lane);
                 return;
             }
         }
@@ -257,7 +257,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const int ctid = tid & 127;  // thread within the warpgroup
     const int q_row0 = wg * 64;
     // Split rows: Q columns rotate with K's (the dot product only needs both in the same order), O with V's.
-    const int kv_class = cta.kv_head & 1;
+    const int kv_class = (blockIdx.y / p.q_per_kv) & 1;
     const int q_rot = T::kSplitRows ? pt.k_rot[kv_class] : 0, o_rot = T::kSplitRows ? pt.v_rot[kv_class] : 0;
     // Each consumer warpgroup loads its own 64 Q rows while the producer starts on K/V.
     sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
@@ -359,9 +359,9 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         if (wg == 0) ptx::bar_sync(sm90::kBarTurn, 256);
 
     ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);  // the staging area aliases Q/K/V
-    detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, cta, lane);
+    detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
     ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, sQ, cta, tid, o_rot);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, sQ, q0, tid, o_rot);
 }
 
 }  // namespace rtattn

@@ -26,40 +26,28 @@ __device__ __forceinline__ int kv_block_count(int q0, int seqlen_q, int seqlen_k
     return n;
 }
 
-// What one CTA works on: a query block of one (batch, query head). GQA: query head h reads kv head h / q_per_kv in
-// place. Pointers are to the first element of this (batch, head); q is already at row q0.
+// What one CTA works on: grid x = query block (the last one first when causal), y = query head, z = batch. GQA:
+// query head h reads kv head h / q_per_kv in place. Pointers are to the first element of this (batch, head); gQ is
+// already at row q0.
 struct CtaTile {
     const u16* q;
     const u16* k;
     const u16* v;
-    int head, kv_head, batch;
     int q0;        // first query row of the block
     int n_blocks;  // key blocks this query block visits (causal: none right of the diagonal)
 };
 
 template <bool kCausal, int kBlockM, int kBlockN>
 __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
+    const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
     CtaTile t;
-    int block = blockIdx.x;
-    t.head = blockIdx.y, t.batch = blockIdx.z;
-    if (kCausal) {
-        // Longest first across the whole grid (blocks are dispatched in linear order): the last query blocks see
-        // the most keys, so linear index i takes query block (last - i / (heads * batch)) and the short blocks of
-        // every head fill the final wave. Reversing x alone orders each head separately, which leaves a ragged
-        // last wave when heads * batch does not divide the SM count well (H=15 at S=16k: 94% of the makespan
-        // bound in a list-scheduling model vs 99.7%; S=4k, B=4, H=16: 79% vs 98%).
-        const int groups = gridDim.y * gridDim.z;
-        const int i = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-        const int g = i % groups;
-        block = gridDim.x - 1 - i / groups;
-        t.head = g % gridDim.y, t.batch = g / gridDim.y;
-    }
-    t.kv_head = t.head / p.q_per_kv;
-    t.q0 = block * kBlockM;
-    t.q = static_cast<const u16*>(p.q) + t.batch * p.q_batch_stride + t.head * p.q_head_stride +
+    // Causal: the last query blocks see the most keys; launching them first (blocks are dispatched in x order)
+    // leaves the short ones to fill the final wave.
+    t.q0 = (kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kBlockM;
+    t.q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
           (long long)t.q0 * p.q_seq_stride;
-    t.k = static_cast<const u16*>(p.k) + t.batch * p.k_batch_stride + t.kv_head * p.k_head_stride;
-    t.v = static_cast<const u16*>(p.v) + t.batch * p.v_batch_stride + t.kv_head * p.v_head_stride;
+    t.k = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    t.v = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
     t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, p.seqlen_q, p.seqlen_k);
     return t;
 }
@@ -179,8 +167,7 @@ template <> struct VecOf<1> { typedef u16 type; };
 template <bool kBF16, int kMT, int kNV, int kStrideO>
 __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, float (&acc_o)[kMT][kNV][4],
                                                     const float (&row_max)[kMT][2], const float (&row_sum)[kMT][2],
-                                                    u16* sO, int warp_row0, const CtaTile& cta, int lane) {
-    const int q0 = cta.q0;
+                                                    u16* sO, int warp_row0, int q0, int lane) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -195,7 +182,7 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, float (&
             }
             if (p.lse != nullptr && (lane & 3) == 0 && q0 + r < p.seqlen_q) {
                 const float lse = sum > 0.f ? row_max[mt][h] * p.scale + logf(sum) : __int_as_float(0x7f800000);
-                p.lse[((long long)cta.batch * p.heads_q + cta.head) * p.seqlen_q + q0 + r] = lse;
+                p.lse[((long long)blockIdx.z * p.heads_q + blockIdx.y) * p.seqlen_q + q0 + r] = lse;
             }
         }
     }
@@ -204,12 +191,10 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, float (&
 // Epilogue, part 2 (whole CTA, after a barrier): copy the staged tile to global memory with full-width vectors.
 // rot (a multiple of kVecV): staged column c is output element (c + rot) mod kHeadDimV (split-row TMA layout).
 template <int kBlockM, int kHeadDimV, int kVecV, int kStrideO, int kThreads>
-__device__ __forceinline__ void store_tile(const FwdParams& p, const u16* sO, const CtaTile& cta, int tid,
-                                           int rot = 0) {
+__device__ __forceinline__ void store_tile(const FwdParams& p, const u16* sO, int q0, int tid, int rot = 0) {
     using OVec = typename VecOf<kVecV>::type;
     constexpr int kPerRow = kHeadDimV / kVecV;
-    const int q0 = cta.q0;
-    u16* gO = static_cast<u16*>(p.o) + cta.batch * p.o_batch_stride + cta.head * p.o_head_stride +
+    u16* gO = static_cast<u16*>(p.o) + blockIdx.z * p.o_batch_stride + blockIdx.y * p.o_head_stride +
               (long long)q0 * p.o_seq_stride;
     const int valid_rows = p.seqlen_q - q0;
     for (int i = tid; i < kBlockM * kPerRow; i += kThreads) {
