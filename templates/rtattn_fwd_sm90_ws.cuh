@@ -100,7 +100,7 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
 // registers as soon as it has stored the current ones, so the load's latency passes while it waits for the next
 // free slot, and a store plus a plain arrive is all that is left when the slot frees. (8-byte cp.asyncs issued
 // after the wait and completing on the barrier made d132 ~7% slower on an H200 than leaving the copies out.)
-// The slot's full barrier completes once the TMA bytes have landed and all 128 threads have arrived (1 + 128).
+// The slot's full barrier completes once the TMA bytes have landed and all 4 producer warps have arrived (1 + 4).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
                                               detail::u32 bars, int n_blocks, int ptid) {
@@ -157,7 +157,10 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
             for (int i = 0; i < kRows; ++i)
                 if (ptid + 128 * i < T::kBlockN)
                     *reinterpret_cast<ptx::u64*>(dst + L::offset(ptid + 128 * i, main_cols)) = tails[i];
-            ptx::mbar_arrive(full);  // release: the stores above are visible to whoever sees the phase complete
+            // One arrival per warp: the warp barrier orders every lane's stores before lane 0's release, and the
+            // barrier sees 4 arrivals instead of 128 (each one an atomic on the same shared-memory word).
+            __syncwarp();
+            if ((ptid & 31) == 0) ptx::mbar_arrive(full);
             load_tails(g, stride, j + 1, tails);
         };
         fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, k_next, gK, p.k_seq_stride);
@@ -208,9 +211,9 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     }
     if (tid == 0) {
         // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile;
-        // split rows: both (each producer thread after storing its rows' tails).
+        // split rows: both (each producer warp after storing its rows' tails).
         const bool tma = T::kSwizzle && pt.use_tma != 0;
-        const u32 loaders = !tma ? 128 : T::kSplitRows ? 129 : 1;
+        const u32 loaders = !tma ? 128 : T::kSplitRows ? 5 : 1;
         for (int st = 0; st < kSt; ++st) {
             ptx::mbar_init(full_k(st), loaders);
             ptx::mbar_init(full_v(st), loaders);
