@@ -115,6 +115,29 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
     }
 }
 
+TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that a GPU is needed", "[cli]") {
+    const Cli cli;
+    const bool gpu = !cli.json_of("info --json")["device"].is_null();
+    const std::string out = (cli.scratch.path() / "bench.json").string();
+    const Result r = cli("bench --interleave --head-dims 16,24 --seqlens 256 --tokens 512 --reps 3 --json '" + out + "'");
+    if (!gpu) {
+        CHECK(r.code == 1);
+        CHECK(r.all().find("a GPU is needed") != std::string::npos);
+        return;
+    }
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("interleaved") != std::string::npos);
+    const json rows = json::parse(rtattn::test::read_file(out));
+    REQUIRE(rows.size() == 4);  // 2 head dims x causal and not
+    std::set<std::pair<int, bool>> seen;
+    for (const auto& row : rows) {
+        seen.insert({row["d"].get<int>(), row["causal"].get<bool>()});
+        CHECK(row["ms"].get<double>() > 0);
+        CHECK(row["tflops"].get<double>() > 0);
+    }
+    CHECK(seen.size() == 4);
+}
+
 TEST_CASE("rtattn render prints the source; --verbose adds the ptxas report", "[cli]") {
     const Cli cli;
     const Result r = cli("render --head-dim 132 --arch sm_90a");
