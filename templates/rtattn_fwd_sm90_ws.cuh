@@ -99,7 +99,9 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
 // and moves their remaining 4 columns (8 bytes) into the tail panel itself. It loads the next tile's tails into
 // registers as soon as it has stored the current ones, so the load's latency passes while it waits for the next
 // free slot, and a store plus a plain arrive is all that is left when the slot frees. (8-byte cp.asyncs issued
-// after the wait and completing on the barrier made d132 ~7% slower on an H200 than leaving the copies out.)
+// after the wait and completing on the barrier made d132 ~7% slower on an H200 than leaving the copies out. The
+// copies still cost ~4% of d132's cycles, yet loading two tiles ahead, through a cp.async staging ring, or just
+// before the V-slot wait each cost cycles: +1%, +9%, +2-3%, ncu on an H200.)
 // The slot's full barrier completes once the TMA bytes have landed and all 4 producer warps have arrived (1 + 4).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
