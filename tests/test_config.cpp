@@ -126,12 +126,38 @@ TEST_CASE("JSON errors name the field", "[config]") {
     CHECK(field_of(R"({"head_dim":64,"dtype":7})") == "dtype");
     CHECK(field_of(R"({"head_dim":64,"causal":"yes"})") == "causal");
     CHECK(field_of(R"({"head_dim":64,"heads":8})") == "heads");
-    CHECK(field_of(R"({"head_dim":300})") == "head_dim_qk");
+    CHECK(field_of(R"({"head_dim":300})") == "head_dim");  // the spelling the caller used
+    CHECK(field_of(R"({"head_dim_qk":300})") == "head_dim_qk");
     CHECK(field_of(R"({"head_dim":64,"num_heads_q":8,"num_heads_kv":3})") == "num_heads_kv");
     CHECK(field_of(R"({"head_dim":64,"arch":"sm_70"})") == "arch");
     CHECK(field_of(R"({"head_dim":64,"softmax_scale":"x"})") == "softmax_scale");
     CHECK(field_of(R"({"head_dim":99999999999})") == "head_dim");
+    // Both spellings are checked, and must agree.
+    CHECK(field_of(R"({"head_dim":"abc","head_dim_qk":64})") == "head_dim");
+    CHECK(field_of(R"({"head_dim":64,"head_dim_qk":128})") == "head_dim");
+    CHECK(AttentionConfig::from_json(R"({"head_dim":64,"head_dim_qk":64})").head_dim_qk == 64);
     const auto c = AttentionConfig::from_json(R"({"head_dim":80,"num_heads_q":32})");
     CHECK(c.head_dim_qk == 80);
     CHECK(c.num_heads_kv == 32);  // MHA unless told otherwise
+}
+
+TEST_CASE("JSON error messages echo values as written, escaped and short", "[config]") {
+    auto message_of = [](const std::string& json) -> std::string {
+        try {
+            AttentionConfig::from_json(json);
+        } catch (const ConfigError& e) {
+            return e.what();
+        }
+        return "<no error>";
+    };
+    CHECK(message_of(R"({"head_dim":18446744073709551615})").find("18446744073709551615 is out of range; allowed 1..256") !=
+          std::string::npos);
+    CHECK(message_of(R"({"head_dim":-5})").find("-5 is out of range") != std::string::npos);
+    const std::string nul = message_of(R"({"head_dim":64,"dtype":"bf\u0000x\u001b[2J"})");
+    CHECK(nul.find("'bf\\x00x\\x1b[2J'") != std::string::npos);
+    const std::string huge = message_of(R"({"head_dim":64,"arch":")" + std::string(1 << 20, 'a') + R"("})");
+    CHECK(huge.size() < 400);
+    CHECK(huge.find("(1048576 bytes)") != std::string::npos);
+    const std::string key = message_of("{\"head_dim\":64,\"x\\u001by\":1}");
+    for (const char ch : key) CHECK((ch >= 0x20 && ch < 0x7f));
 }

@@ -37,7 +37,7 @@ TEST_CASE("the stub carries the plan as traits", "[render]") {
     CHECK(r.stub.find("extern \"C\" __global__") != std::string::npos);
     CHECK(r.full_text().find("flash_fwd") != std::string::npos);
     // No host headers: NVRTC has no libstdc++.
-    for (const auto& h : r.headers) CHECK(h.text.find("#include <") == std::string::npos);
+    for (const auto& h : *r.headers) CHECK(h.text.find("#include <") == std::string::npos);
 }
 
 TEST_CASE("a wide-V plan's PV instruction wrapper is written into the stub", "[render]") {

@@ -19,10 +19,20 @@ enum class LogLevel { quiet, warn, info, debug };
 struct RuntimeOptions {
     std::string cache_dir;                // empty: $RTATTN_CACHE_DIR, else $XDG_CACHE_HOME/rtattn, else ~/.cache/rtattn
     CacheMode mode = CacheMode::jit;
-    int max_concurrent_compiles = 0;      // 0: number of hardware threads, at most 8 (each NVRTC run can take ~100s of MB)
+    // 0: one per hardware thread, at most 8. Never more than the hardware threads (each NVRTC run can take 100s of
+    // MB); Runtime::options() shows the number in effect.
+    int max_concurrent_compiles = 0;
     std::uint64_t max_cache_bytes = 2ull << 30;  // disk cap; least recently used entries are evicted past it
     LogLevel log_level = LogLevel::warn;
     std::function<void(LogLevel, const std::string&)> log_sink;  // default: stderr with an "rtattn:" prefix
+    // A cached cubin runs in this process, so by default an entry is loaded only if it and every directory from the
+    // cache root down are owned by you or root and writable by nobody else. true (or RTATTN_SHARED_CACHE=1) trusts
+    // a team cache that is group-writable on purpose: then anyone who can write it can run code in this process.
+    // A directory writable by every user is never trusted.
+    bool shared_cache = false;
+    // How long to wait for another process that is building the same kernel (0..86400); past it the kernel is
+    // built into memory and not stored, so an entry never has two writers.
+    double lock_timeout_seconds = 60;
 };
 
 struct CacheStats {
@@ -35,7 +45,7 @@ struct CacheStats {
     std::uint64_t evictions = 0;
     std::uint64_t bytes_written = 0;
     std::uint64_t disk_bytes = 0;        // size of the disk cache as last scanned
-    bool disk_enabled = true;            // false when the cache dir was unwritable (memory only)
+    bool disk_enabled = true;            // false when the cache dir cannot be used or is not trusted (memory only)
     std::string dir;
 };
 
@@ -106,7 +116,9 @@ public:
     // (the device's primary context if none is current). Thread-safe.
     Kernel get(const AttentionConfig& config);
 
-    // Makes sure a cubin for `config` (with an explicit arch) is in the cache; needs no GPU or driver.
+    // Makes sure a cubin for `config` (with an explicit arch) is in the disk cache; needs no GPU or driver. Throws
+    // CacheError when it was compiled but could not be stored (the message says why; this Runtime still serves it
+    // from memory), CacheMissError in cache_only mode when it is not there.
     KernelInfo precompile(const AttentionConfig& config);
 
     CacheStats stats() const;

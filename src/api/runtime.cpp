@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -58,6 +59,33 @@ bool arch_runs_on(const std::string& arch, const driver::DeviceInfo& dev) {
     return dev.cc_major == major && dev.cc_minor >= minor;  // SASS runs on later minors of the same major
 }
 
+namespace {
+
+// The options as they take effect: the environment's opt-ins applied, ranges checked, the compile bound resolved.
+RuntimeOptions effective_options(RuntimeOptions o) {
+    if (o.max_concurrent_compiles < 0)
+        throw ConfigError("max_concurrent_compiles",
+                          fmt::format("{} is not allowed; give 1 or more, or 0 for one per hardware thread",
+                                      o.max_concurrent_compiles));
+    if (!(o.lock_timeout_seconds >= 0 && o.lock_timeout_seconds <= 86400))
+        throw ConfigError("lock_timeout_seconds", fmt::format("{} is out of range; allowed 0..86400", o.lock_timeout_seconds));
+    const int hardware = std::max(1, int(std::thread::hardware_concurrency()));
+    o.max_concurrent_compiles =
+        o.max_concurrent_compiles == 0 ? std::min(hardware, 8) : std::min(o.max_concurrent_compiles, hardware);
+    o.shared_cache = o.shared_cache || cache::shared_cache_from_env();
+    return o;
+}
+
+cache::DiskOptions disk_options(const RuntimeOptions& o) {
+    cache::DiskOptions d;
+    d.max_bytes = o.max_cache_bytes;
+    d.trust.shared = o.shared_cache;
+    d.lock_timeout = std::chrono::milliseconds(std::int64_t(o.lock_timeout_seconds * 1000));
+    return d;
+}
+
+}  // namespace
+
 struct Runtime::Impl {
     RuntimeOptions options;
     util::Logger log;
@@ -68,17 +96,11 @@ struct Runtime::Impl {
     std::mutex modules_mu;
     std::map<std::pair<CUcontext, std::string>, std::shared_ptr<driver::Module>> modules;
 
-    static int slots(const RuntimeOptions& o) {
-        int n = o.max_concurrent_compiles;
-        if (n <= 0) n = std::clamp(int(std::thread::hardware_concurrency()), 1, 8);
-        return std::min(n, 64);
-    }
-
     explicit Impl(RuntimeOptions o)
-        : options(std::move(o)),
+        : options(effective_options(std::move(o))),
           log(options.log_level, options.log_sink),
-          cache(options.cache_dir, options.max_cache_bytes, log),
-          compile_slots(slots(options)) {}
+          cache(options.cache_dir, disk_options(options), log),
+          compile_slots(std::min(options.max_concurrent_compiles, 64)) {}
 
     struct Resolved {
         AttentionConfig config;
@@ -123,7 +145,7 @@ struct Runtime::Impl {
         return r;
     }
 
-    std::shared_ptr<const cache::Entry> fetch(const Resolved& r, cache::Source* source) {
+    cache::KernelCache::Lookup fetch(const Resolved& r) {
         cache::KernelCache::Builder build;
         if (options.mode == CacheMode::jit) {
             build = [&]() {
@@ -152,21 +174,20 @@ struct Runtime::Impl {
                 return cache::Entry{r.key, r.config.arch, out.cubin, info.dump()};
             };
         }
-        return cache.get(r.key, r.config.arch, build, r.config.describe(), source);
+        return cache.get(r.key, r.config.arch, build, r.config.describe());
     }
 
-    KernelInfo make_info(const Resolved& r, const cache::Entry& e, cache::Source source) const {
+    KernelInfo make_info(const Resolved& r, const cache::KernelCache::Lookup& got) const {
         KernelInfo info;
         info.key = r.key;
         info.arch = r.config.arch;
         info.plan = r.plan.summary();
-        info.from_cache = source != cache::Source::compiled;
-        try {
-            const auto j = nlohmann::json::parse(e.info_json);
+        info.from_cache = got.source != cache::Source::compiled;
+        // The cache verified the info's field types (cache::info_problem), so these reads cannot throw.
+        const auto j = nlohmann::json::parse(got.entry->info_json, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object()) {
             info.registers = j.value("registers", -1);
             info.spill_bytes = j.value("spill_bytes", -1);
-        } catch (const nlohmann::json::exception&) {
-            // Info is descriptive only; a verified entry with odd JSON still has a valid cubin.
         }
         return info;
     }
@@ -179,9 +200,12 @@ const RuntimeOptions& Runtime::options() const { return impl_->options; }
 
 KernelInfo Runtime::precompile(const AttentionConfig& config) {
     const auto r = impl_->resolve(config);
-    cache::Source source{};
-    const auto entry = impl_->fetch(*r, &source);
-    return impl_->make_info(*r, *entry, source);
+    const auto got = impl_->fetch(*r);
+    if (!got.not_stored.empty())
+        throw CacheError(fmt::format("{}: compiled, but not stored in the disk cache at {}: {}. This process serves it "
+                                     "from memory; others will compile it again",
+                                     r->config.describe(), impl_->cache.disk().dir(), got.not_stored));
+    return impl_->make_info(*r, got);
 }
 
 Kernel Runtime::get(const AttentionConfig& config) {
@@ -194,17 +218,16 @@ Kernel Runtime::get(const AttentionConfig& config) {
     if (r->plan.smem_bytes > dev.smem_optin)
         throw ConfigError("arch", fmt::format("the plan needs {} B of shared memory; {} allows {} B per block",
                                               r->plan.smem_bytes, dev.name, dev.smem_optin));
-    cache::Source source{};
-    const auto entry = impl_->fetch(*r, &source);
+    const auto got = impl_->fetch(*r);
 
     auto impl = std::make_shared<Kernel::Impl>();
     {
         std::lock_guard<std::mutex> lock(impl_->modules_mu);
         auto& m = impl_->modules[{dev.context, r->key}];
-        if (!m) m = driver::load(entry->cubin, render::kEntryName, r->plan.smem_bytes);
+        if (!m) m = driver::load(got.entry->cubin, render::kEntryName, r->plan.smem_bytes);
         impl->module = m;
     }
-    impl->info = impl_->make_info(*r, *entry, source);
+    impl->info = impl_->make_info(*r, got);
     if (impl->info.registers < 0) {
         // NVRTC omits the ptxas report when the driver's JIT cache served the compile; the loaded function knows.
         int regs = -1;

@@ -1,298 +1,34 @@
-// Disk tier of the kernel cache: verified entry files, atomic writes, per-key lock files, LRU-ish eviction.
-// The file format and layout are described in cache.hpp.
+// The disk tier's policy: open and trust the tree, load, store, and the scans behind eviction, list, verify,
+// prune and clear. The system calls are in fsys.cpp, the byte format in entry_file.cpp, the trust rule in trust.cpp.
 #include <fcntl.h>
 #include <pwd.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
-#include <optional>
-#include <string_view>
-#include <system_error>
-#include <utility>
 
 #include "cache/cache.hpp"
 #include "rtattn/errors.hpp"
-#include "util/sha256.hpp"
+#include "util/text.hpp"
 
 namespace rtattn::cache {
+
 namespace {
 
-namespace fs = std::filesystem;
+constexpr mode_t kDirMode = 0755;         // less the umask: what the cache creates is never wider
+constexpr mode_t kPrivateDirMode = 0700;  // a per-user default root, as XDG asks for its tree
 
-constexpr char kMagic[8] = {'R', 'T', 'A', 'T', 'T', 'N', 'C', '\0'};
-constexpr std::size_t kKeyLen = 64;
-constexpr std::size_t kMaxArchLen = 64;  // anything longer is a corrupt header, not a real arch name
-constexpr std::size_t kHeadLen = 8 + 4 + 4 + kKeyLen;  // magic, format, arch_len, key: everything before the arch
-constexpr std::size_t kTailLen = 8 + 8 + 32;           // cubin_size, info_size, checksum: after the arch
-constexpr std::string_view kEntrySuffix = ".rtc";
-constexpr std::string_view kLockSuffix = ".lock";
-constexpr std::string_view kTempPrefix = ".tmp-";
-// A live writer holds its temp file for milliseconds; one this old was left by a crashed process.
-constexpr std::int64_t kStaleTempSeconds = 3600;
-
-// std::strerror is not thread-safe; the system category's message is.
-std::string errno_text(int err) { return std::system_category().message(err); }
-
-bool valid_key(std::string_view key) {
-    return key.size() == kKeyLen &&
-           std::all_of(key.begin(), key.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
+std::string version_dir() { return "v" + std::to_string(kFormatVersion); }
 
 void check_key(const std::string& key) {
     // Keys become file names: anything but a SHA-256 hex digest is a caller bug (and could escape the directory).
-    if (!valid_key(key)) throw CacheError("invalid cache key '" + key + "': expected 64 lowercase hex characters");
+    if (!is_key(key)) throw CacheError("invalid cache key " + util::quoted(key) + ": expected 64 lowercase hex digits");
 }
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-// ---- little-endian encoding ----------------------------------------------------------------------------------
-
-void put_le(std::string& out, std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-std::uint64_t get_le(std::string_view in, std::size_t pos, int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= std::uint64_t(static_cast<unsigned char>(in[pos + i])) << (8 * i);
-    return v;
-}
-
-util::Digest payload_digest(std::string_view cubin, std::string_view info) {
-    return util::Sha256().update(cubin).update(info).finish();
-}
-
-std::string encode_entry(const Entry& e) {
-    std::string out;
-    out.reserve(kHeadLen + e.arch.size() + kTailLen + e.cubin.size() + e.info_json.size());
-    out.append(kMagic, sizeof kMagic);
-    put_le(out, kFormatVersion, 4);
-    put_le(out, e.arch.size(), 4);
-    out += e.key;
-    out += e.arch;
-    put_le(out, e.cubin.size(), 8);
-    put_le(out, e.info_json.size(), 8);
-    const util::Digest d = payload_digest(e.cubin, e.info_json);
-    out.append(reinterpret_cast<const char*>(d.data()), d.size());
-    out += e.cubin;
-    out += e.info_json;
-    return out;
-}
-
-// Decodes an entry file named after `expect_key`. Returns "" when it is sound, else what is wrong. Fields are
-// filled as far as they could be read, so a listing can still show the arch of an entry with a bad checksum.
-std::string decode_entry(std::string_view bytes, const std::string& expect_key, Entry* out) {
-    const auto size_text = [&] { return std::to_string(bytes.size()) + " bytes"; };
-    if (bytes.size() < kHeadLen)
-        return "truncated: " + size_text() + ", a header needs at least " + std::to_string(kHeadLen + 1 + kTailLen);
-    if (bytes.substr(0, sizeof kMagic) != std::string_view(kMagic, sizeof kMagic))
-        return "bad magic (not an rtattn cache entry)";
-    const std::uint64_t format = get_le(bytes, 8, 4);
-    if (format != kFormatVersion)
-        return "entry format version " + std::to_string(format) + ", expected " + std::to_string(kFormatVersion);
-    const std::uint64_t arch_len = get_le(bytes, 12, 4);
-    if (arch_len == 0 || arch_len > kMaxArchLen) return "corrupt header: arch length " + std::to_string(arch_len);
-    out->key = std::string(bytes.substr(16, kKeyLen));
-    if (out->key != expect_key) return "entry holds key " + out->key + " but is named " + expect_key;
-    const std::uint64_t header_len = kHeadLen + arch_len + kTailLen;
-    if (bytes.size() < header_len)
-        return "truncated: " + size_text() + ", the header needs " + std::to_string(header_len);
-    out->arch = std::string(bytes.substr(kHeadLen, arch_len));
-    const std::size_t tail = kHeadLen + arch_len;
-    const std::uint64_t cubin_size = get_le(bytes, tail, 8);
-    const std::uint64_t info_size = get_le(bytes, tail + 8, 8);
-    const std::uint64_t payload = bytes.size() - header_len;
-    // Compared one at a time so that huge (corrupt) sizes cannot overflow the sum.
-    if (cubin_size > payload || info_size != payload - cubin_size) {
-        const bool short_file = cubin_size > payload || info_size > payload - cubin_size;
-        return std::string(short_file ? "truncated" : "trailing bytes") + ": header declares " +
-               std::to_string(cubin_size) + " + " + std::to_string(info_size) + " payload bytes, file has " +
-               std::to_string(payload);
-    }
-    const std::string_view cubin = bytes.substr(header_len, cubin_size);
-    const std::string_view info = bytes.substr(header_len + cubin_size);
-    const util::Digest want = payload_digest(cubin, info);
-    if (bytes.substr(tail + 16, 32) != std::string_view(reinterpret_cast<const char*>(want.data()), want.size()))
-        return "checksum mismatch (cubin or info corrupted)";
-    out->cubin = std::string(cubin);
-    out->info_json = std::string(info);
-    return "";
-}
-
-// ---- small POSIX helpers -------------------------------------------------------------------------------------
-
-class Fd {
-public:
-    explicit Fd(int fd) : fd_(fd) {}
-    ~Fd() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-    int get() const { return fd_; }
-    int release() { return std::exchange(fd_, -1); }
-private:
-    int fd_;
-};
-
-// Returns 0 or the errno of the failing read.
-int read_all(int fd, std::size_t size_hint, std::string* out) {
-    out->clear();
-    out->reserve(size_hint);
-    char buf[1 << 16];
-    for (;;) {
-        const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return errno;
-        if (n == 0) return 0;
-        out->append(buf, static_cast<std::size_t>(n));
-    }
-}
-
-int write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-        const ssize_t n = ::write(fd, data.data(), data.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return errno;
-        data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return 0;
-}
-
-int make_dir(const std::string& path) { return ::mkdir(path.c_str(), 0777) == 0 || errno == EEXIST ? 0 : errno; }
-
-// Makes a rename durable: the directory entry itself must reach the disk.
-int fsync_dir(const std::string& path) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (fd.get() < 0) return errno;
-    return ::fsync(fd.get()) == 0 ? 0 : errno;
-}
-
-// Temp file that removes itself unless committed (renamed into place): no half-written file is ever visible
-// under an entry's name, and a failed write leaves nothing behind.
-class TempFile {
-public:
-    explicit TempFile(std::string pattern) : path_(std::move(pattern)) {
-        fd_ = ::mkostemp(path_.data(), O_CLOEXEC);
-        if (fd_ < 0) open_error_ = "cannot create temp file " + path_ + ": " + errno_text(errno);
-        exists_ = fd_ >= 0;
-    }
-    ~TempFile() {
-        if (fd_ >= 0) ::close(fd_);
-        if (exists_) ::unlink(path_.c_str());
-    }
-    TempFile(const TempFile&) = delete;
-    TempFile& operator=(const TempFile&) = delete;
-
-    // Each step returns "" or what failed.
-    const std::string& open_error() const { return open_error_; }
-    std::string write_and_sync(std::string_view data) {
-        if (int e = write_all(fd_, data)) return "cannot write " + path_ + ": " + errno_text(e);
-        if (::fsync(fd_) != 0) return "cannot fsync " + path_ + ": " + errno_text(errno);
-        // mkstemp creates 0600; other users sharing RTATTN_CACHE_DIR must be able to read entries.
-        ::fchmod(fd_, 0644);
-        if (::close(std::exchange(fd_, -1)) != 0) return "cannot close " + path_ + ": " + errno_text(errno);
-        return "";
-    }
-    std::string commit(const std::string& final_path) {
-        if (::rename(path_.c_str(), final_path.c_str()) != 0)
-            return "cannot rename " + path_ + " to " + final_path + ": " + errno_text(errno);
-        exists_ = false;
-        return "";
-    }
-private:
-    std::string path_, open_error_;
-    int fd_ = -1;
-    bool exists_ = false;
-};
-
-// ---- directory scans -----------------------------------------------------------------------------------------
-
-enum class Kind { entry, lock, temp };
-
-struct FileStat {
-    std::string path, name;
-    std::uint64_t size = 0;
-    std::int64_t mtime_ns = 0;
-};
 
 std::int64_t mtime_ns(const struct stat& st) {
     return std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
-std::optional<Kind> classify(std::string_view name) {
-    if (name.substr(0, kTempPrefix.size()) == kTempPrefix) return Kind::temp;
-    if (ends_with(name, kEntrySuffix)) return Kind::entry;
-    if (ends_with(name, kLockSuffix)) return Kind::lock;
-    return std::nullopt;
-}
-
-// Files of the given kinds in the shard directories. Files vanishing mid-scan (other processes evict too) are
-// simply skipped.
-std::vector<FileStat> scan(const std::string& dir, std::initializer_list<Kind> kinds) {
-    std::vector<FileStat> out;
-    std::error_code ec;
-    for (fs::directory_iterator shard(dir, ec), end; !ec && shard != end; shard.increment(ec)) {
-        if (shard->path().filename().string().size() != 2) continue;
-        std::error_code ec2;
-        for (fs::directory_iterator f(shard->path(), ec2); !ec2 && f != end; f.increment(ec2)) {
-            FileStat s;
-            s.name = f->path().filename().string();
-            const auto kind = classify(s.name);
-            if (!kind || std::find(kinds.begin(), kinds.end(), *kind) == kinds.end()) continue;
-            s.path = f->path().string();
-            struct stat st {};
-            if (::lstat(s.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-            s.size = static_cast<std::uint64_t>(st.st_size);
-            s.mtime_ns = mtime_ns(st);
-            out.push_back(std::move(s));
-        }
-    }
-    return out;
-}
-
-// Removes a file; "already gone" is not worth a warning, any other failure is.
-bool remove_file(const std::string& path, const util::Logger& log) {
-    if (::unlink(path.c_str()) == 0) return true;
-    if (errno != ENOENT) log.warn("cannot remove " + path + ": " + errno_text(errno));
-    return false;
-}
-
-struct Removed {
-    int files = 0;
-    std::uint64_t bytes = 0;
-};
-
-// Removes the least recently used files until their total is at most `cap`, sparing `keep`.
-Removed remove_oldest(std::vector<FileStat> files, std::uint64_t cap, const std::string& keep,
-                      const util::Logger& log) {
-    std::uint64_t total = 0;
-    for (const auto& f : files) total += f.size;
-    Removed r;
-    if (total <= cap) return r;
-    std::sort(files.begin(), files.end(), [](const FileStat& a, const FileStat& b) {
-        return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.path < b.path;
-    });
-    for (const auto& f : files) {
-        if (total <= cap) break;
-        if (f.path == keep) continue;
-        // Someone else removing it first frees the space just the same.
-        if (remove_file(f.path, log)) {
-            ++r.files;
-            r.bytes += f.size;
-            total -= f.size;
-        } else if (::access(f.path.c_str(), F_OK) != 0) {
-            total -= f.size;
-        }
-    }
-    return r;
 }
 
 std::int64_t now_ns() {
@@ -310,281 +46,516 @@ std::string home_dir() {
     return "";
 }
 
-// "" when `dir` exists (created if needed) and accepts new files, else why not.
-std::string prepare_dir(const std::string& dir) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    // Another process creating the same tree at the same moment is not a failure.
-    if (ec && !fs::is_directory(dir)) return "cannot create " + dir + ": " + ec.message();
-    // Permission bits do not tell the whole story (read-only mounts, ACLs, root): try it.
-    std::string probe = dir + "/" + std::string(kTempPrefix) + "probe-XXXXXX";
-    const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
-    if (fd < 0) return "cannot create a file in " + dir + ": " + errno_text(errno);
-    ::close(fd);
-    ::unlink(probe.c_str());
-    return "";
-}
-
 }  // namespace
 
-// ---- public ------------------------------------------------------------------------------------------------------
+// One name in a shard directory that the cache could have created, as the scan found it.
+struct DiskCache::Node {
+    std::string shard, name;
+    Kind kind;
+    struct stat st {};  // of the name itself (a link is not followed)
+    std::string shard_distrust;  // why the shard directory is not trusted, "" if it is
+};
 
-std::string default_dir() {
-    if (const char* d = std::getenv("RTATTN_CACHE_DIR"); d && *d) return d;
+struct DiskCache::Scan {
+    std::vector<Node> nodes;
+    std::vector<std::string> stray_shards;  // shard names in v<format> that are not directories (e.g. symlinks)
+};
+
+CacheRoot default_root() {
+    if (const char* d = std::getenv("RTATTN_CACHE_DIR"); d && *d) return {d, false};
     // The XDG spec says to ignore a relative XDG_CACHE_HOME.
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/rtattn";
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return {std::string(x) + "/rtattn", true};
     const std::string home = home_dir();
-    return home.empty() ? "" : home + "/.cache/rtattn";
+    return {home.empty() ? "" : home + "/.cache/rtattn", true};
 }
 
-DiskCache::DiskCache(std::string dir, std::uint64_t max_bytes, util::Logger log)
-    : max_bytes_(max_bytes), log_(std::move(log)) {
-    std::string root = dir.empty() ? default_dir() : std::move(dir);
-    while (root.size() > 1 && root.back() == '/') root.pop_back();
-    if (root.empty()) {
-        disabled_reason_ = "no cache directory: set RTATTN_CACHE_DIR or HOME";
-        log_.warn("cache dir is unknown (" + disabled_reason_ + "); caching in memory only");
+std::string default_dir() { return default_root().path; }
+
+bool shared_cache_from_env() {
+    const char* v = std::getenv("RTATTN_SHARED_CACHE");
+    return v && std::string_view(v) == "1";
+}
+
+DiskCache::DiskCache(std::string dir, DiskOptions options, util::Logger log)
+    : options_(options), log_(std::move(log)) {
+    CacheRoot root = dir.empty() ? default_root() : CacheRoot{std::move(dir), false};
+    while (root.path.size() > 1 && root.path.back() == '/') root.path.pop_back();
+    if (root.path.empty()) {
+        problem_ = "no cache directory: set RTATTN_CACHE_DIR or HOME";
+        log_.warn("cache dir is unknown (" + problem_ + "); caching in memory only");
         return;
     }
-    dir_ = root + "/v" + std::to_string(kFormatVersion);
-    disabled_reason_ = prepare_dir(dir_);
-    if (!disabled_reason_.empty()) {
-        if (::access(dir_.c_str(), R_OK | X_OK) == 0) {
-            read_only_ = enabled_ = true;
-            log_.warn("cache dir " + root + " is read-only (" + disabled_reason_ +
-                      "); serving its entries, caching new kernels in memory only");
+    root_ = root.path;
+    per_user_root_ = root.per_user;
+    dir_ = root_ + "/" + version_dir();
+
+    fsys::Dir vdir;
+    std::string untrusted;
+    const fsys::Status s = open_tree(options_.create, &vdir, &untrusted);
+    if (!untrusted.empty()) {
+        state_ = State::refused;
+        problem_ = "cache dir " + root_ + " is not trusted: " + untrusted;
+        log_.warn(problem_ + "; its entries are neither loaded nor stored (kernels are compiled into memory). " +
+                  "To use it, " + trust_advice(untrusted.substr(0, untrusted.find(' '))));
+        return;
+    }
+    if (!s.ok()) {
+        if (!options_.create && s.err() == ENOENT) {
+            state_ = State::absent;
+            problem_ = "cache dir " + root_ + " does not exist";
             return;
         }
-        log_.warn("cache dir " + root + " is not writable (" + disabled_reason_ + "); caching in memory only");
+        problem_ = s.message();
+        log_.warn("cache dir " + root_ + " is not usable (" + problem_ + "); caching in memory only");
         return;
     }
-    enabled_ = true;
+    if (options_.create) {
+        // Permission bits do not tell the whole story (read-only mounts, ACLs, root): try it.
+        fsys::TempFile probe;
+        const fsys::Status w = fsys::TempFile::create(vdir, temp_prefix("probe"), &probe);
+        state_ = w.ok() ? State::usable : State::read_only;
+        if (!w.ok()) {
+            problem_ = "cache dir " + root_ + " is read-only (" + w.message() + ")";
+            log_.warn(problem_ + "; serving its entries, caching new kernels in memory only");
+        }
+    } else {
+        // Only looking: no probe file. Maintenance commands learn here whether they may remove anything.
+        state_ = ::faccessat(vdir.fd(), ".", W_OK, AT_EACCESS) == 0 ? State::usable : State::read_only;
+        if (state_ == State::read_only)
+            problem_ = "cache dir " + root_ + " is read-only (" + fsys::errno_text(errno) + ")";
+    }
 }
 
-void DiskCache::require_writable(const char* op) const {
-    require_enabled(op);
-    if (read_only_)
-        throw CacheError(std::string("cannot ") + op + " the disk cache at " + dir_ + ": it is read-only (" +
-                         disabled_reason_ + ")");
+const char* DiskCache::state_name() const {
+    switch (state_) {
+        case State::usable: return "usable";
+        case State::read_only: return "read-only";
+        case State::absent: return "absent";
+        case State::refused: return "not trusted";
+        case State::disabled: return "off";
+    }
+    return "?";
+}
+
+// An untrusted tree is still opened (without creating anything in it), so that `rtattn ls` can show it; the
+// failed Status keeps every loading and writing caller out.
+fsys::Status DiskCache::open_tree(bool create, fsys::Dir* vdir, std::string* untrusted) const {
+    fsys::Dir root;
+    if (auto s = fsys::Dir::open_path(root_, create, per_user_root_ ? kPrivateDirMode : kDirMode, &root); !s.ok())
+        return s;
+    struct stat st {};
+    if (auto s = root.stat(&st); !s.ok()) return s;
+    if (std::string d = distrust(st, options_.trust); !d.empty()) *untrusted = root_ + " " + d;
+    if (auto s = root.open_child(version_dir(), create && untrusted->empty(), kDirMode, vdir); !s.ok()) return s;
+    if (auto s = vdir->stat(&st); !s.ok()) return s;
+    if (std::string d = distrust(st, options_.trust); !d.empty() && untrusted->empty()) *untrusted = dir_ + " " + d;
+    return untrusted->empty() ? fsys::Status() : fsys::Status::failure(0, *untrusted);
+}
+
+bool DiskCache::open_to_look(fsys::Dir* vdir, std::string* untrusted) const {
+    if (absent()) return false;
+    return open_tree(false, vdir, untrusted).ok() || (!untrusted->empty() && vdir->is_open());
+}
+
+fsys::Status DiskCache::open_shard(const fsys::Dir& vdir, const std::string& shard, bool create, fsys::Dir* out,
+                                   std::string* untrusted) const {
+    if (auto s = vdir.open_child(shard, create, kDirMode, out); !s.ok()) return s;
+    struct stat st {};
+    if (auto s = out->stat(&st); !s.ok()) return s;
+    if (std::string d = distrust(st, options_.trust); !d.empty()) {
+        *untrusted = out->path() + " " + d;
+        return fsys::Status::failure(0, *untrusted);
+    }
+    return {};
+}
+
+void DiskCache::warn_once(const std::string& what, const std::string& message) const {
+    {
+        std::lock_guard<std::mutex> g(warned_mu_);
+        if (!warned_.insert(what).second) return;
+    }
+    log_.warn(message);
 }
 
 std::string DiskCache::entry_path(const std::string& key) const {
     check_key(key);
-    return dir_ + "/" + key.substr(0, 2) + "/" + key + std::string(kEntrySuffix);
+    return dir_ + "/" + shard_of(key) + "/" + entry_name(key);
 }
 
-void DiskCache::require_enabled(const char* op) const {
-    if (!enabled_)
-        throw CacheError(std::string("cannot ") + op + " the disk cache at " + (dir_.empty() ? "(none)" : dir_) +
-                         ": it is disabled (" + disabled_reason_ + ")");
-}
+// ---- load and store -------------------------------------------------------------------------------------------------
 
-std::optional<Entry> DiskCache::load(const std::string& key, const std::string& arch, bool* was_bad) {
-    if (was_bad) *was_bad = false;
-    if (!enabled_) return std::nullopt;
-    const std::string path = entry_path(key);
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) {
-        if (errno != ENOENT) log_.warn("cannot open cache entry " + path + ": " + errno_text(errno));
-        return std::nullopt;
+DiskCache::Loaded DiskCache::load(const std::string& key, const std::string& arch) {
+    Loaded r;
+    if (state_ == State::refused) r.refused = problem_;
+    if (!enabled()) return r;
+    check_key(key);
+    fsys::Dir vdir, shard;
+    std::string untrusted;
+    fsys::Status s = open_tree(false, &vdir, &untrusted);
+    if (s.ok()) s = open_shard(vdir, shard_of(key), false, &shard, &untrusted);
+    if (!untrusted.empty()) {
+        r.refused = untrusted;
+        warn_once(untrusted, "not loading from " + untrusted + "; " + trust_advice(untrusted.substr(0, untrusted.find(' '))));
+        return r;
     }
+    // Anything else in the way of the directories is a miss here; the write path reports it, as "not stored".
+    if (!s.ok()) return r;
+    const std::string name = entry_name(key), path = shard.child_path(name);
+    fsys::Fd fd;
     struct stat st {};
-    std::string bytes;
-    const int err = ::fstat(fd.get(), &st) != 0 ? errno : read_all(fd.get(), std::size_t(st.st_size), &bytes);
-    if (err) {
-        // An I/O error says nothing about the entry's contents: report a miss but leave the file alone.
-        log_.warn("cannot read cache entry " + path + ": " + errno_text(err));
-        return std::nullopt;
+    s = fsys::open_regular(shard, name, &fd, &st);
+    if (s.err() == ENOENT) return r;
+    if (!s.ok() && s.err() != 0) {
+        // An I/O error says nothing about the entry's contents: a miss, and the file is left alone.
+        warn_once(path, "cannot read cache entry: " + s.message());
+        return r;
     }
-    Entry e;
-    std::string problem = decode_entry(bytes, key, &e);
-    // The key hashes the arch, so a foreign arch under this name means a broken writer or a tampered file.
-    if (problem.empty() && e.arch != arch) problem = "entry is for arch " + e.arch + ", requested " + arch;
+    std::string problem = s.message();  // a link or other node where the entry belongs
+    if (problem.empty()) {
+        if (std::string d = distrust(st, options_.trust); !d.empty()) {
+            r.refused = path + " " + d;
+            warn_once(path, "not loading cache entry " + r.refused + "; " + trust_advice(path));
+            return r;
+        }
+        problem = read_entry(fd.get(), std::uint64_t(st.st_size), path, key, &r.entry.emplace());
+        // The key hashes the arch, so a foreign arch under this name means a broken writer or a tampered file.
+        if (problem.empty() && r.entry->arch != arch)
+            problem = "entry is for arch " + r.entry->arch + ", requested " + util::escaped(arch);
+    }
     if (!problem.empty()) {
-        if (read_only_)
-            log_.warn("ignoring bad cache entry " + path + " in a read-only cache: " + problem);
+        r.entry.reset();
+        r.bad = true;
+        if (read_only())
+            warn_once(path, "ignoring bad cache entry " + path + " in a read-only cache: " + problem);
         else
-            discard_bad(path, fd.get(), problem);
-        if (was_bad) *was_bad = true;
-        return std::nullopt;
+            discard_bad(shard, name, fd.get(), problem);
+        return r;
     }
     // The mtime is the LRU clock. A read-only (shared) cache cannot be touched; that only weakens eviction.
-    if (!read_only_ && ::futimens(fd.get(), nullptr) != 0) log_.debug("cannot touch " + path + ": " + errno_text(errno));
-    return e;
+    if (!read_only() && ::futimens(fd.get(), nullptr) != 0)
+        log_.debug("cannot touch " + path + ": " + fsys::errno_text(errno));
+    return r;
 }
 
-void DiskCache::discard_bad(const std::string& path, int fd, const std::string& problem) {
+void DiskCache::discard_bad(const fsys::Dir& shard, const std::string& name, int fd, const std::string& problem) {
+    const std::string path = shard.child_path(name);
     // A writer may have renamed a fresh entry over the bad one since we opened it; do not delete that one.
     struct stat opened {}, now {};
-    const bool same = ::fstat(fd, &opened) == 0 && ::stat(path.c_str(), &now) == 0 && opened.st_dev == now.st_dev &&
-                      opened.st_ino == now.st_ino;
-    if (!same) {
+    if (fd >= 0 && !(::fstat(fd, &opened) == 0 && shard.stat_child(name, &now).ok() && opened.st_dev == now.st_dev &&
+                     opened.st_ino == now.st_ino)) {
         log_.warn("bad cache entry " + path + ": " + problem + " (already replaced by another writer)");
         return;
     }
     log_.warn("removing bad cache entry " + path + ": " + problem);
-    remove_file(path, log_);
+    if (auto s = shard.remove(name); !s.ok() && s.err() != ENOENT) log_.warn(s.message());
 }
 
-std::uint64_t DiskCache::store(const Entry& e) {
-    if (!enabled_ || read_only_) return 0;
+std::string DiskCache::store(const Entry& e, std::uint64_t* bytes) {
+    if (bytes) *bytes = 0;
+    if (state_ != State::usable) return problem_;
+    check_key(e.key);
     const std::string path = entry_path(e.key);
-    if (e.arch.empty() || e.arch.size() > kMaxArchLen)
-        throw CacheError("cannot cache key " + e.key + ": arch '" + e.arch + "' must be 1 to " +
-                         std::to_string(kMaxArchLen) + " characters");
-    const std::string shard = dir_ + "/" + e.key.substr(0, 2);
-    if (int err = make_dir(shard)) {
-        log_.warn("cannot create cache shard " + shard + ": " + errno_text(err) + "; entry not cached");
-        return 0;
-    }
-    const std::string bytes = encode_entry(e);
-    std::string error;
+    const auto fail = [&](const std::string& why) {
+        log_.warn("cannot store " + path + ": " + why + "; the kernel is kept in memory only");
+        return why;
+    };
+    if (e.arch.empty() || e.arch.size() > 64 || util::escaped(e.arch) != e.arch)
+        return fail("arch " + util::quoted(e.arch) + " is not an arch name");
+    fsys::Dir vdir, shard;
+    std::string untrusted;
+    fsys::Status s = open_tree(true, &vdir, &untrusted);
+    if (s.ok()) s = open_shard(vdir, shard_of(e.key), true, &shard, &untrusted);
+    if (!s.ok()) return untrusted.empty() ? fail(s.message()) : "not trusted: " + untrusted;  // load warned
+    const std::string encoded = encode_entry(e);
     {
-        TempFile tmp(shard + "/" + std::string(kTempPrefix) + e.key + "-XXXXXX");
-        error = tmp.open_error();
-        if (error.empty()) error = tmp.write_and_sync(bytes);
-        if (error.empty()) error = tmp.commit(path);
-    }
-    if (!error.empty()) {
-        log_.warn(error + "; entry not cached");
-        return 0;
+        fsys::TempFile tmp;
+        s = fsys::TempFile::create(shard, temp_prefix(e.key), &tmp);
+        if (s.ok()) s = tmp.write(encoded);
+        if (s.ok()) s = tmp.commit(entry_name(e.key));
+        if (!s.ok()) return fail(s.message());
     }
     // The entry is already visible; losing it on power failure only costs a recompile.
-    if (int err = fsync_dir(shard)) log_.warn("cannot fsync " + shard + ": " + errno_text(err));
-    evict_over_cap(path);
-    return bytes.size();
-}
-
-void DiskCache::evict_over_cap(const std::string& keep) {
-    if (max_bytes_ == 0) return;
-    const Removed r = remove_oldest(scan(dir_, {Kind::entry}), max_bytes_, keep, log_);
-    if (r.files > 0) {
-        evictions_ += std::uint64_t(r.files);
-        log_.debug("evicted " + std::to_string(r.files) + " cache entries (" + std::to_string(r.bytes) +
-                   " bytes) to stay under " + std::to_string(max_bytes_) + " bytes in " + dir_);
-    }
-}
-
-DiskCache::KeyLock& DiskCache::KeyLock::operator=(KeyLock&& o) noexcept {
-    if (this != &o) {
-        if (fd_ >= 0) ::close(fd_);
-        fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-}
-
-// Closing the descriptor drops the flock.
-DiskCache::KeyLock::~KeyLock() {
-    if (fd_ >= 0) ::close(fd_);
+    if (s = shard.sync(); !s.ok()) log_.warn(s.message());
+    if (bytes) *bytes = encoded.size();
+    evict_over_cap(vdir, e.key);
+    return "";
 }
 
 DiskCache::KeyLock DiskCache::lock(const std::string& key) {
-    if (!enabled_ || read_only_) return {};
-    check_key(key);
-    const std::string shard = dir_ + "/" + key.substr(0, 2);
-    const std::string path = shard + "/" + key + std::string(kLockSuffix);
-    const auto unlocked = [&](const std::string& why) {
-        log_.warn("cannot lock " + path + ": " + why + "; building without the cross-process lock");
-        return KeyLock();
-    };
-    if (int err = make_dir(shard)) return unlocked(errno_text(err));
-    // clear() may unlink the lock file while we wait; a lock on an orphaned inode excludes nobody, so retry.
-    for (int attempt = 0; attempt < 100; ++attempt) {
-        Fd fd(::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666));
-        if (fd.get() < 0) return unlocked(errno_text(errno));
-        while (::flock(fd.get(), LOCK_EX) != 0)
-            if (errno != EINTR) return unlocked(errno_text(errno));
-        struct stat held {}, named {};
-        if (::fstat(fd.get(), &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-            held.st_ino == named.st_ino)
-            return KeyLock(fd.release());
+    KeyLock k;
+    if (state_ != State::usable) {
+        k.problem_ = problem_;
+        return k;
     }
-    return unlocked("the lock file keeps being replaced");
+    check_key(key);
+    fsys::Dir vdir, shard;
+    std::string untrusted;
+    fsys::Status s = open_tree(true, &vdir, &untrusted);
+    if (s.ok()) s = open_shard(vdir, shard_of(key), true, &shard, &untrusted);
+    if (s.ok()) {
+        const std::string path = shard.child_path(lock_name(key));
+        fsys::LockFile::Wait wait{options_.lock_timeout, options_.lock_warn_after, [&](const std::string& holder) {
+                                      log_.warn("waiting for " + path + ", held by " +
+                                                (holder.empty() ? "an unknown process" : holder) +
+                                                " (building the same kernel); giving up after " +
+                                                std::to_string(options_.lock_timeout.count()) + " ms");
+                                  }};
+        s = fsys::LockFile::acquire(shard, lock_name(key), wait, &k.file_);
+    }
+    if (!s.ok()) {
+        k.problem_ = untrusted.empty() ? s.message() : "not trusted: " + untrusted;
+        // One warning per path: a shard that is not trusted was named when its entry was refused.
+        warn_once(untrusted.empty() ? s.message() : untrusted,
+                  k.problem_ + "; building without storing, so that the entry never has two writers");
+    }
+    return k;
 }
 
-std::vector<Listing> DiskCache::list() const {
-    require_enabled("list");
+// ---- scans ----------------------------------------------------------------------------------------------------------
+
+DiskCache::Scan DiskCache::scan(const fsys::Dir& vdir, const std::string& tree_distrust) const {
+    Scan sc;
+    std::vector<std::string> shards, names;
+    if (auto s = vdir.list(&shards); !s.ok()) log_.warn(s.message());
+    std::sort(shards.begin(), shards.end());
+    for (const auto& shard_name : shards) {
+        if (!is_shard(shard_name)) continue;  // not a name the cache creates: never looked into, never removed
+        fsys::Dir shard;
+        std::string untrusted;
+        const fsys::Status s = open_shard(vdir, shard_name, false, &shard, &untrusted);
+        if (!s.ok() && !shard.is_open()) {
+            struct stat st {};
+            if (vdir.stat_child(shard_name, &st).ok() && !S_ISDIR(st.st_mode))
+                sc.stray_shards.push_back(shard_name);
+            else if (s.err() != ENOENT)
+                log_.warn(s.message());
+            continue;
+        }
+        if (auto l = shard.list(&names); !l.ok()) {
+            log_.warn(l.message());
+            continue;
+        }
+        for (const auto& name : names) {
+            const auto kind = classify(shard_name, name);
+            if (!kind) continue;  // not ours
+            Node n{shard_name, name, *kind, {}, tree_distrust.empty() ? untrusted : tree_distrust};
+            if (shard.stat_child(name, &n.st).ok()) sc.nodes.push_back(std::move(n));  // else removed since
+        }
+    }
+    return sc;
+}
+
+std::optional<Listing> DiskCache::inspect(const fsys::Dir& shard, const Node& n) const {
+    Listing l;
+    l.path = shard.child_path(n.name);
+    l.key = n.name.substr(0, n.name.find('.'));
+    l.size = std::uint64_t(n.st.st_size);
+    l.last_use = mtime_ns(n.st) / 1'000'000'000;
+    fsys::Fd fd;
+    struct stat st {};
+    const fsys::Status s = fsys::open_regular(shard, n.name, &fd, &st);
+    if (s.err() == ENOENT) return std::nullopt;  // evicted since the scan
+    Entry e;
+    if (!s.ok())
+        l.problem = s.message();
+    else if (!n.shard_distrust.empty())
+        l.problem = "not trusted: " + n.shard_distrust;
+    else if (std::string d = distrust(st, options_.trust); !d.empty())
+        l.problem = "not trusted: it " + d;
+    else
+        l.problem = read_entry(fd.get(), std::uint64_t(st.st_size), l.path, l.key, &e);
+    l.ok = l.problem.empty();
+    l.arch = e.arch;
+    l.info_json = e.info_json;
+    return l;
+}
+
+std::vector<Listing> DiskCache::list_entries(const fsys::Dir& vdir, const Scan& sc) const {
     std::vector<Listing> out;
-    for (const auto& f : scan(dir_, {Kind::entry})) {
-        Listing l;
-        l.path = f.path;
-        l.size = f.size;
-        l.last_use = f.mtime_ns / 1'000'000'000;
-        l.key = f.name.substr(0, f.name.size() - kEntrySuffix.size());
-        Fd fd(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
-        std::string bytes;
-        const int err = fd.get() < 0 ? errno : read_all(fd.get(), f.size, &bytes);
-        if (err == ENOENT) continue;  // evicted since the scan
-        Entry e;
-        l.problem = err ? "cannot read: " + errno_text(err)
-                  : valid_key(l.key) ? decode_entry(bytes, l.key, &e)
-                                     : "file name is not a cache key";
-        l.ok = l.problem.empty();
-        l.arch = e.arch;
-        l.info_json = e.info_json;
-        out.push_back(std::move(l));
+    fsys::Dir shard;
+    for (const auto& n : sc.nodes) {
+        if (n.kind != Kind::entry) continue;
+        if (shard.path() != vdir.child_path(n.shard) && !vdir.open_child(n.shard, false, 0, &shard).ok()) continue;
+        if (auto l = inspect(shard, n)) out.push_back(std::move(*l));
     }
     std::sort(out.begin(), out.end(), [](const Listing& a, const Listing& b) { return a.key < b.key; });
     return out;
 }
 
+std::vector<Listing> DiskCache::list() const {
+    require_listable("list");
+    fsys::Dir vdir;
+    std::string untrusted;
+    if (!open_to_look(&vdir, &untrusted)) return {};
+    return list_entries(vdir, scan(vdir, untrusted));
+}
+
+DiskCache::Removal DiskCache::remove_node(const fsys::Dir& vdir, const Node& n, bool only_unheld) const {
+    fsys::Dir shard;
+    fsys::Status s = vdir.open_child(n.shard, false, 0, &shard);
+    bool busy = false;
+    if (s.ok()) s = only_unheld ? fsys::remove_unlocked(shard, n.name, &busy) : shard.remove(n.name);
+    if (s.err() == ENOENT) return Removal::gone;  // someone else removed it first
+    if (!s.ok()) {
+        log_.warn(s.message());
+        return Removal::failed;
+    }
+    return busy ? Removal::busy : Removal::removed;
+}
+
+void DiskCache::remove_stale(const fsys::Dir& vdir, const Scan& sc, ClearReport* report) const {
+    for (const auto& n : sc.nodes) {
+        if (n.kind == Kind::entry) continue;
+        const Removal r = remove_node(vdir, n, /*only_unheld=*/true);
+        if (r == Removal::busy && report) ++report->in_use;
+        if (r == Removal::removed && n.kind == Kind::temp) log_.info("removed a dead writer's temp file " + n.name);
+    }
+}
+
+// Removes the least recently used regular entries until their total is at most `cap`, sparing `keep`.
+PruneReport DiskCache::remove_oldest(const fsys::Dir& vdir, std::vector<Node> entries, std::uint64_t cap,
+                                     const std::string& keep) const {
+    PruneReport r;
+    std::uint64_t total = 0;
+    for (const auto& n : entries) total += std::uint64_t(n.st.st_size);
+    if (total <= cap) return r;
+    std::sort(entries.begin(), entries.end(), [](const Node& a, const Node& b) {
+        return mtime_ns(a.st) != mtime_ns(b.st) ? mtime_ns(a.st) < mtime_ns(b.st) : a.name < b.name;
+    });
+    for (const auto& n : entries) {
+        if (total <= cap) break;
+        if (n.name == keep) continue;
+        const Removal how = remove_node(vdir, n, /*only_unheld=*/false);
+        if (how == Removal::removed) {
+            ++r.removed;
+            r.bytes_freed += std::uint64_t(n.st.st_size);
+        }
+        // Someone else removing it first frees the space just the same.
+        if (how == Removal::removed || how == Removal::gone) total -= std::uint64_t(n.st.st_size);
+    }
+    return r;
+}
+
+std::vector<DiskCache::Node> DiskCache::regular_entries(const Scan& sc) {
+    std::vector<Node> out;
+    for (const auto& n : sc.nodes)
+        if (n.kind == Kind::entry && S_ISREG(n.st.st_mode)) out.push_back(n);
+    return out;
+}
+
+void DiskCache::evict_over_cap(const fsys::Dir& vdir, const std::string& keep_key) {
+    if (options_.max_bytes == 0) return;
+    const Scan sc = scan(vdir, "");
+    remove_stale(vdir, sc, nullptr);  // dead writers' temp files, proven dead by their free lock
+    const PruneReport r = remove_oldest(vdir, regular_entries(sc), options_.max_bytes, entry_name(keep_key));
+    if (r.removed > 0) {
+        evictions_ += std::uint64_t(r.removed);
+        log_.debug("evicted " + std::to_string(r.removed) + " cache entries (" + std::to_string(r.bytes_freed) +
+                   " bytes) to stay under " + std::to_string(options_.max_bytes) + " bytes in " + dir_);
+    }
+}
+
+// ---- maintenance ----------------------------------------------------------------------------------------------------
+
+void DiskCache::require_listable(const char* op) const {
+    if (state_ == State::disabled)
+        throw CacheError(std::string("cannot ") + op + " the disk cache at " + (dir_.empty() ? "(none)" : dir_) +
+                         ": " + problem_);
+}
+
+void DiskCache::require_writable(const char* op) const {
+    require_listable(op);
+    if (state_ == State::read_only || state_ == State::refused)
+        throw CacheError(std::string("cannot ") + op + " the disk cache at " + dir_ + ": " + problem_);
+}
+
 VerifyReport DiskCache::verify(bool repair) {
     if (repair) require_writable("repair");
+    require_listable("verify");
     VerifyReport r;
-    for (const auto& l : list()) {
+    fsys::Dir vdir;
+    std::string untrusted;
+    if (!open_to_look(&vdir, &untrusted)) return r;
+    const Scan sc = scan(vdir, untrusted);
+    for (const auto& name : sc.stray_shards) {
+        struct stat st {};
+        const std::string what = vdir.stat_child(name, &st).ok() ? fsys::node_type(st.st_mode) : "not a directory";
+        ++r.bad;
+        r.problems.push_back(vdir.child_path(name) + ": is " + what + " where a shard directory belongs; not followed");
+        if (repair && vdir.remove(name).ok()) ++r.removed;
+    }
+    for (const auto& l : list_entries(vdir, sc)) {
         if (l.ok) {
             ++r.ok;
             continue;
         }
         ++r.bad;
         r.problems.push_back(l.path + ": " + l.problem);
-        if (repair && remove_file(l.path, log_)) ++r.removed;
+        if (repair) {
+            fsys::Dir shard;
+            const std::string name = l.path.substr(l.path.rfind('/') + 1);
+            if (vdir.open_child(shard_of(l.key), false, 0, &shard).ok()) {
+                if (auto s = shard.remove(name); s.ok())
+                    ++r.removed;
+                else
+                    r.problems.back() += " (cannot remove it: " + fsys::errno_text(s.err()) + ")";
+            }
+        }
     }
+    if (repair) remove_stale(vdir, sc, nullptr);
     return r;
 }
 
 PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes, std::optional<std::int64_t> older_than_seconds) {
     require_writable("prune");
-    const std::int64_t now = now_ns();
-    const auto older = [&](const FileStat& f, std::int64_t seconds) {
-        return f.mtime_ns < now - seconds * 1'000'000'000;
-    };
-    // Leftovers of crashed writers are garbage, not entries: removed but not reported.
-    for (const auto& f : scan(dir_, {Kind::temp}))
-        if (older(f, kStaleTempSeconds) && remove_file(f.path, log_)) log_.info("removed stale temp file " + f.path);
-
+    fsys::Dir vdir;
+    std::string untrusted;
+    if (absent() || !open_tree(false, &vdir, &untrusted).ok()) return {};
+    const Scan sc = scan(vdir, "");
+    // Lock files nobody holds and dead writers' temp files are garbage, not entries: removed but not reported.
+    remove_stale(vdir, sc, nullptr);
     PruneReport r;
-    std::vector<FileStat> kept;
-    for (auto& f : scan(dir_, {Kind::entry})) {
-        if (older_than_seconds && older(f, *older_than_seconds) && remove_file(f.path, log_)) {
+    std::vector<Node> kept;
+    const std::int64_t now = now_ns();
+    for (auto& n : regular_entries(sc)) {
+        if (older_than_seconds && mtime_ns(n.st) < now - *older_than_seconds * 1'000'000'000 &&
+            remove_node(vdir, n, false) == Removal::removed) {
             ++r.removed;
-            r.bytes_freed += f.size;
+            r.bytes_freed += std::uint64_t(n.st.st_size);
         } else {
-            kept.push_back(std::move(f));
+            kept.push_back(std::move(n));
         }
     }
     if (max_bytes) {
-        const Removed e = remove_oldest(std::move(kept), *max_bytes, "", log_);
-        r.removed += e.files;
-        r.bytes_freed += e.bytes;
+        const PruneReport e = remove_oldest(vdir, std::move(kept), *max_bytes, "");
+        r.removed += e.removed;
+        r.bytes_freed += e.bytes_freed;
     }
     return r;
 }
 
-// A process holding a key's lock right now keeps its (now unnamed) lock; a newcomer may then build the same key
-// alongside it. Both writes are atomic, so that costs a compile, never a bad entry.
-int DiskCache::clear() {
+// Lock and temp files a live process holds stay: its build or write finishes as if nothing happened.
+ClearReport DiskCache::clear() {
     require_writable("clear");
-    int entries = 0;
-    for (const auto& f : scan(dir_, {Kind::entry, Kind::lock, Kind::temp}))
-        if (remove_file(f.path, log_) && classify(f.name) == Kind::entry) ++entries;
-    return entries;
+    ClearReport r;
+    fsys::Dir vdir;
+    std::string untrusted;
+    if (absent() || !open_tree(false, &vdir, &untrusted).ok()) return r;
+    const Scan sc = scan(vdir, "");
+    for (const auto& name : sc.stray_shards)
+        if (auto s = vdir.remove(name); !s.ok()) log_.warn(s.message());
+    for (const auto& n : sc.nodes)
+        if (n.kind == Kind::entry && remove_node(vdir, n, false) == Removal::removed) ++r.entries;
+    remove_stale(vdir, sc, &r);
+    return r;
 }
 
 std::uint64_t DiskCache::total_bytes() const {
-    if (!enabled_) return 0;
+    fsys::Dir vdir;
+    std::string untrusted;
+    if (!enabled() || !open_tree(false, &vdir, &untrusted).ok()) return 0;
     std::uint64_t total = 0;
-    for (const auto& f : scan(dir_, {Kind::entry})) total += f.size;
+    for (const auto& n : regular_entries(scan(vdir, ""))) total += std::uint64_t(n.st.st_size);
     return total;
 }
 

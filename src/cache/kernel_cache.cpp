@@ -14,7 +14,7 @@ namespace rtattn::cache {
 // One in-progress lookup. The leader fulfils the promise; followers wait on the shared future, which hands all
 // of them the same entry or rethrows the same exception.
 struct KernelCache::Flight {
-    std::shared_future<std::shared_ptr<const Entry>> result;
+    std::shared_future<Lookup> result;
 };
 
 namespace {
@@ -23,33 +23,35 @@ namespace {
 std::string memory_key(const std::string& key, const std::string& arch) { return key + '/' + arch; }
 
 std::string cache_miss_message(const std::string& what, const std::string& key, const std::string& arch,
-                               const DiskCache& disk) {
-    const std::string where = disk.enabled() ? disk.dir() : disk.dir() + " (disk cache disabled)";
+                               const DiskCache& disk, const std::string& refused) {
+    if (!refused.empty())
+        return "cache_only mode: the cached kernel for " + what + " (key " + key + ", arch " + arch +
+               ") was refused: " + refused + "; an entry is loaded only where nobody else can have written it";
+    const std::string where = disk.enabled() ? disk.dir() : disk.dir() + " (disk cache off: " + disk.problem() + ")";
     return "cache_only mode: no cached kernel for " + what + " (key " + key + ", arch " + arch + ") in " + where +
            "; precompile it with `rtattn precompile`";
 }
 
 }  // namespace
 
-KernelCache::KernelCache(std::string dir, std::uint64_t max_bytes, util::Logger log)
-    : disk_(std::move(dir), max_bytes, log), log_(std::move(log)) {}
+KernelCache::KernelCache(std::string dir, DiskOptions options, util::Logger log)
+    : disk_(std::move(dir), options, log), log_(std::move(log)) {}
 
 CacheCounters KernelCache::counters() const {
     std::lock_guard<std::mutex> g(mu_);
     return counters_;
 }
 
-std::shared_ptr<const Entry> KernelCache::get(const std::string& key, const std::string& arch, const Builder& build,
-                                              const std::string& what, Source* source) {
+KernelCache::Lookup KernelCache::get(const std::string& key, const std::string& arch, const Builder& build,
+                                     const std::string& what) {
     const std::string mkey = memory_key(key, arch);
-    std::promise<std::shared_ptr<const Entry>> promise;
-    std::shared_future<std::shared_ptr<const Entry>> follow;
+    std::promise<Lookup> promise;
+    std::shared_future<Lookup> follow;
     {
         std::lock_guard<std::mutex> g(mu_);
         if (auto it = memory_.find(mkey); it != memory_.end()) {
             ++counters_.memory_hits;
-            if (source) *source = Source::memory;
-            return it->second;
+            return {it->second.entry, Source::memory, it->second.not_stored};
         }
         if (auto it = flights_.find(mkey); it != flights_.end()) {
             follow = it->second->result;
@@ -61,25 +63,23 @@ std::shared_ptr<const Entry> KernelCache::get(const std::string& key, const std:
     }
 
     if (follow.valid()) {
-        auto entry = follow.get();  // rethrows the leader's exception
+        Lookup got = follow.get();  // rethrows the leader's exception
         std::lock_guard<std::mutex> g(mu_);
         ++counters_.memory_hits;
-        if (source) *source = Source::memory;
-        return entry;
+        got.source = Source::memory;
+        return got;
     }
 
     // Leader. The memory insert and the flight removal happen under one lock so a new caller always finds one.
     try {
-        Source src = Source::compiled;
-        auto entry = std::make_shared<const Entry>(fetch(key, arch, build, what, &src));
+        Lookup got = fetch(key, arch, build, what);
         {
             std::lock_guard<std::mutex> g(mu_);
-            memory_.emplace(mkey, entry);
+            memory_.emplace(mkey, Held{got.entry, got.not_stored});
             flights_.erase(mkey);
         }
-        promise.set_value(entry);
-        if (source) *source = src;
-        return entry;
+        promise.set_value(got);
+        return got;
     } catch (...) {
         // Failures are not cached: the next get starts a new flight and retries.
         {
@@ -91,30 +91,36 @@ std::shared_ptr<const Entry> KernelCache::get(const std::string& key, const std:
     }
 }
 
-std::optional<Entry> KernelCache::load_counted(const std::string& key, const std::string& arch) {
-    bool bad = false;
-    auto entry = disk_.load(key, arch, &bad);
+DiskCache::Loaded KernelCache::load_counted(const std::string& key, const std::string& arch) {
+    DiskCache::Loaded loaded = disk_.load(key, arch);
     std::lock_guard<std::mutex> g(mu_);
-    if (bad) ++counters_.bad_entries;
-    if (entry) ++counters_.disk_hits;
-    return entry;
+    if (loaded.bad) ++counters_.bad_entries;
+    if (loaded.entry) ++counters_.disk_hits;
+    return loaded;
 }
 
-Entry KernelCache::fetch(const std::string& key, const std::string& arch, const Builder& build,
-                         const std::string& what, Source* source) {
-    *source = Source::disk;
-    if (auto entry = load_counted(key, arch)) return std::move(*entry);
+KernelCache::Lookup KernelCache::fetch(const std::string& key, const std::string& arch, const Builder& build,
+                                       const std::string& what) {
+    const auto from_disk = [](DiskCache::Loaded& l) {
+        return Lookup{std::make_shared<const Entry>(std::move(*l.entry)), Source::disk, ""};
+    };
+    DiskCache::Loaded loaded = load_counted(key, arch);
+    if (loaded.entry) return from_disk(loaded);
     if (!build) {
         {
             std::lock_guard<std::mutex> g(mu_);
             ++counters_.misses;
         }
-        throw CacheMissError(cache_miss_message(what, key, arch, disk_));
+        throw CacheMissError(cache_miss_message(what, key, arch, disk_, loaded.refused));
     }
 
-    // Another process may be building the same key: wait for it, then its entry is a disk hit.
+    // Another process may be building the same key: wait for it, then its entry is a disk hit. Without the lock
+    // (a timeout, a cache we may not write) the kernel is built but not stored: an entry never has two writers.
     const DiskCache::KeyLock lock = disk_.lock(key);
-    if (auto entry = load_counted(key, arch)) return std::move(*entry);
+    if (lock.held()) {
+        loaded = load_counted(key, arch);
+        if (loaded.entry) return from_disk(loaded);
+    }
     {
         std::lock_guard<std::mutex> g(mu_);
         ++counters_.misses;
@@ -135,14 +141,15 @@ Entry KernelCache::fetch(const std::string& key, const std::string& arch, const 
         throw CacheError("builder for " + what + " returned an entry for key " + entry.key + " arch " + entry.arch +
                          ", expected key " + key + " arch " + arch);
 
-    const std::uint64_t written = disk_.store(entry);
-    {
+    Lookup got{std::make_shared<const Entry>(std::move(entry)), Source::compiled, lock.problem()};
+    if (lock.held()) {
+        std::uint64_t written = 0;
+        got.not_stored = disk_.store(*got.entry, &written);
         std::lock_guard<std::mutex> g(mu_);
         counters_.bytes_written += written;
     }
     log_.debug("compiled " + what + " in " + std::to_string(seconds) + " s (key " + key + ")");
-    *source = Source::compiled;
-    return entry;
+    return got;
 }
 
 }  // namespace rtattn::cache

@@ -74,7 +74,7 @@ Compiled compile(const render::RenderedSource& src, const std::string& arch) {
     out.options = join_options(opts);
 
     std::vector<const char*> header_texts, header_names, opt_ptrs;
-    for (const auto& h : src.headers) {
+    for (const auto& h : *src.headers) {
         header_texts.push_back(h.text.c_str());
         header_names.push_back(h.name.c_str());
     }

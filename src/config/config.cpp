@@ -3,8 +3,10 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "config/config_json.hpp"
 #include "rtattn/config.hpp"
 #include "rtattn/errors.hpp"
+#include "util/text.hpp"
 
 namespace rtattn {
 
@@ -23,7 +25,7 @@ const char* to_string(Dtype d) noexcept { return d == Dtype::bf16 ? "bf16" : "fp
 Dtype dtype_from_string(const std::string& s) {
     if (s == "bf16" || s == "bfloat16") return Dtype::bf16;
     if (s == "fp16" || s == "float16" || s == "half") return Dtype::fp16;
-    throw ConfigError("dtype", fmt::format("'{}' is not supported; allowed: fp16, bf16", s));
+    throw ConfigError("dtype", fmt::format("{} is not supported; allowed: fp16, bf16", util::quoted(s)));
 }
 
 bool is_known_arch(const std::string& arch) noexcept {
@@ -47,8 +49,8 @@ void AttentionConfig::validate() const {
     if (softmax_scale && !(std::isfinite(*softmax_scale) && *softmax_scale > 0))
         throw ConfigError("softmax_scale", fmt::format("{} is not allowed; must be finite and > 0", *softmax_scale));
     if (!arch.empty() && !is_known_arch(arch))
-        throw ConfigError("arch", fmt::format("'{}' is not supported; allowed: {} (or empty for the current device)",
-                                              arch, known_archs()));
+        throw ConfigError("arch", fmt::format("{} is not supported; allowed: {} (or empty for the current device)",
+                                              util::quoted(arch), known_archs()));
 }
 
 std::string AttentionConfig::to_json() const {
@@ -77,30 +79,53 @@ AttentionConfig AttentionConfig::from_json(const std::string& text) {
     } catch (const nlohmann::json::exception& e) {
         throw ConfigError("json", fmt::format("not valid JSON: {}", e.what()));
     }
+    return config_from_json(j);
+}
+
+std::string json_for_message(const nlohmann::json& v) {
+    const std::string text = v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+    return text.size() <= 64 ? text : text.substr(0, 64) + fmt::format("... ({} bytes)", text.size());
+}
+
+namespace {
+
+// An integer field in lo..hi; nothing when absent or null. The value is echoed as written, so 2^64-1 is not
+// reported as -1.
+std::optional<int> int_field(const nlohmann::json& j, const char* key, long long lo, long long hi) {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    const auto& v = j[key];
+    if (!v.is_number_integer()) throw ConfigError(key, fmt::format("must be an integer, got {}", json_for_message(v)));
+    const bool fits = v.is_number_unsigned() ? v.get<unsigned long long>() <= static_cast<unsigned long long>(hi)
+                                             : v.get<long long>() >= lo && v.get<long long>() <= hi;
+    if (!fits) throw ConfigError(key, fmt::format("{} is out of range; allowed {}..{}", json_for_message(v), lo, hi));
+    return int(v.get<long long>());
+}
+
+}  // namespace
+
+AttentionConfig config_from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw ConfigError("json", "a config must be a JSON object");
-    AttentionConfig c;
-    auto get_int = [&](const char* key, int& out) {
-        if (!j.contains(key) || j[key].is_null()) return false;
-        const auto& v = j[key];
-        if (!v.is_number_integer()) throw ConfigError(key, fmt::format("must be an integer, got {}", v.dump()));
-        const long long x = v.get<long long>();
-        if (x < -(1LL << 31) || x > (1LL << 31) - 1) throw ConfigError(key, fmt::format("{} is out of range", x));
-        out = int(x);
-        return true;
-    };
+    static const char* known[] = {"head_dim",    "head_dim_qk",  "head_dim_v",    "dtype", "causal",
+                                  "num_heads_q", "num_heads_kv", "softmax_scale", "arch"};
     for (const auto& [key, value] : j.items()) {
-        static const char* known[] = {"head_dim",   "head_dim_qk",  "head_dim_v",    "dtype", "causal",
-                                      "num_heads_q", "num_heads_kv", "softmax_scale", "arch"};
         bool ok = false;
         for (const char* k : known) ok = ok || key == k;
         if (!ok)
-            throw ConfigError(key, "unknown field; allowed: head_dim (or head_dim_qk), head_dim_v, dtype, causal, "
-                                   "num_heads_q, num_heads_kv, softmax_scale, arch");
+            throw ConfigError(util::escaped(key.substr(0, 64)),
+                              "unknown field; allowed: head_dim (or head_dim_qk), head_dim_v, dtype, causal, "
+                              "num_heads_q, num_heads_kv, softmax_scale, arch");
     }
-    if (!get_int("head_dim_qk", c.head_dim_qk) && !get_int("head_dim", c.head_dim_qk))
-        throw ConfigError("head_dim_qk", "missing; give head_dim_qk (or head_dim), 1..256");
-    int dv = 0;
-    if (get_int("head_dim_v", dv)) c.head_dim_v = dv;
+    constexpr int kMaxHeads = 1 << 16;
+    AttentionConfig c;
+    // Both spellings are checked, so a bad value cannot hide behind the other one.
+    const auto qk = int_field(j, "head_dim_qk", 1, AttentionConfig::kMaxHeadDim),
+               plain = int_field(j, "head_dim", 1, AttentionConfig::kMaxHeadDim);
+    if (qk && plain && *qk != *plain)
+        throw ConfigError("head_dim", fmt::format("head_dim ({}) and head_dim_qk ({}) disagree; give one of them",
+                                                  *plain, *qk));
+    if (!qk && !plain) throw ConfigError("head_dim_qk", "missing; give head_dim_qk (or head_dim), 1..256");
+    c.head_dim_qk = qk ? *qk : *plain;
+    c.head_dim_v = int_field(j, "head_dim_v", 1, AttentionConfig::kMaxHeadDim);
     if (j.contains("dtype")) {
         if (!j["dtype"].is_string()) throw ConfigError("dtype", "must be a string: fp16 or bf16");
         c.dtype = dtype_from_string(j["dtype"].get<std::string>());
@@ -109,8 +134,8 @@ AttentionConfig AttentionConfig::from_json(const std::string& text) {
         if (!j["causal"].is_boolean()) throw ConfigError("causal", "must be true or false");
         c.causal = j["causal"].get<bool>();
     }
-    get_int("num_heads_q", c.num_heads_q);
-    if (!get_int("num_heads_kv", c.num_heads_kv)) c.num_heads_kv = c.num_heads_q;
+    c.num_heads_q = int_field(j, "num_heads_q", 1, kMaxHeads).value_or(1);
+    c.num_heads_kv = int_field(j, "num_heads_kv", 1, kMaxHeads).value_or(c.num_heads_q);
     if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
         if (!j["softmax_scale"].is_number()) throw ConfigError("softmax_scale", "must be a number > 0");
         c.softmax_scale = j["softmax_scale"].get<double>();

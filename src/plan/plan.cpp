@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
 
 #include "rtattn/errors.hpp"
+#include "util/text.hpp"
 
 namespace rtattn::plan {
 
@@ -111,12 +113,27 @@ constexpr int smem_stride(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; 
 void apply_tile_override(KernelPlan& p) {
     const char* env = std::getenv("RTATTN_TILE");
     if (!env || !*env) return;
+    static constexpr const char* kFields[] = {"block_m", "block_n",  "warps",  "m_tiles", "stages",
+                                              "q_in_regs", "schedule", "swizzle", "pv_step", "wide_v"};
     int v[10] = {0, 0, 0, 0, 0, 0, p.schedule, p.swizzle ? 1 : 0, p.pv_step, p.wide_v ? 1 : 0};
-    const int n = std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                              &v[7], &v[8], &v[9]);
-    if (n < 6)
-        throw ConfigError("RTATTN_TILE", fmt::format("'{}' is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
-                                                     "[,schedule[,swizzle[,pv_step[,wide_v]]]]", env));
+    // Every field a whole decimal number that fits, nothing after the last: a typo is an error, never a default.
+    const std::string_view text = env;
+    std::size_t n = 0, at = 0;
+    for (; at <= text.size() && n < 10; ++n) {
+        const std::size_t end = std::min(text.find(',', at), text.size());
+        const std::string field(text.substr(at, end - at));
+        char* stop = nullptr;
+        errno = 0;
+        const long x = std::strtol(field.c_str(), &stop, 10);
+        if (field.empty() || *stop != '\0' || errno == ERANGE || x < -999 || x > 999)
+            throw ConfigError("RTATTN_TILE", fmt::format("{} ({}) is not a number in -999..999 in {}", kFields[n],
+                                                         util::quoted(field), util::quoted(text)));
+        v[n] = int(x);
+        at = end + 1;
+    }
+    if (n < 6 || at <= text.size())
+        throw ConfigError("RTATTN_TILE", fmt::format("{} is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
+                                                     "[,schedule[,swizzle[,pv_step[,wide_v]]]]", util::quoted(text)));
     const auto [bm, bn, w, mt, st, qr, sched, sw, pv, wide] = v;
     if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
         throw ConfigError("RTATTN_TILE", fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
@@ -139,7 +156,7 @@ void apply_tile_override(KernelPlan& p) {
     p.wide_v = wide != 0;
     p.schedule = p.wgmma ? sched : 0;
     p.swizzle = p.wgmma && sw != 0;
-    p.reason = fmt::format("RTATTN_TILE override ({})", env);
+    p.reason = fmt::format("RTATTN_TILE override ({})", util::escaped(text));
 }
 
 // Swizzled wgmma tiles start on 1024-byte swizzle-atom boundaries, so K and V tiles of block_n rows must be whole

@@ -10,24 +10,25 @@
 
 namespace rtattn::render {
 
-std::vector<TemplateFile> active_templates() {
+std::shared_ptr<const std::vector<TemplateFile>> active_templates() {
     const char* dir = std::getenv("RTATTN_TEMPLATE_DIR");
-    if (!dir || !*dir) return embedded_templates();
-    std::vector<TemplateFile> files;
+    // The embedded set is static: an aliasing pointer that owns nothing.
+    if (!dir || !*dir) return {std::shared_ptr<void>(), &embedded_templates()};
+    auto files = std::make_shared<std::vector<TemplateFile>>();
     for (const auto& t : embedded_templates()) {
         const std::string path = std::string(dir) + "/" + t.name;
         std::ifstream in(path, std::ios::binary);
         if (!in) throw ConfigError("RTATTN_TEMPLATE_DIR", fmt::format("cannot read {}", path));
         std::stringstream ss;
         ss << in.rdbuf();
-        files.push_back({t.name, ss.str()});
+        files->push_back({t.name, ss.str()});
     }
     return files;
 }
 
 std::string RenderedSource::full_text() const {
     std::string s = stub;
-    for (const auto& h : headers) s += fmt::format("\n// ===== {} =====\n{}", h.name, h.text);
+    for (const auto& h : *headers) s += fmt::format("\n// ===== {} =====\n{}", h.name, h.text);
     return s;
 }
 

@@ -14,7 +14,7 @@ inline constexpr const char* kEntryName = "rtattn_fwd_kernel";
 struct RenderedSource {
     std::string name;                    // program name given to NVRTC
     std::string stub;                    // the generated translation unit
-    std::vector<TemplateFile> headers;   // everything the stub includes
+    std::shared_ptr<const std::vector<TemplateFile>> headers;  // everything the stub includes
     std::string entry = kEntryName;
 
     // Stub and headers as one text: what `rtattn render` prints and what the cache key hashes.

@@ -33,8 +33,10 @@
 #include "bench.hpp"
 #include "cache/cache.hpp"
 #include "compile/compile.hpp"
+#include "config/config_json.hpp"
 #include "manifest.hpp"
 #include "rtattn/rtattn.hpp"
+#include "util/text.hpp"
 
 namespace {
 
@@ -58,6 +60,8 @@ constexpr const char* kFooter =
 struct GlobalOptions {
     std::string cache_dir;  // empty: the library's default resolution ($RTATTN_CACHE_DIR, XDG, ~/.cache)
     std::string log_level = "warn";
+    bool shared_cache = false;  // or RTATTN_SHARED_CACHE=1
+    double lock_timeout = 60;
 };
 
 rtattn::LogLevel log_level(const GlobalOptions& g) {
@@ -69,12 +73,29 @@ rtattn::LogLevel log_level(const GlobalOptions& g) {
 
 rtattn::util::Logger logger(const GlobalOptions& g) { return {log_level(g), nullptr}; }
 
-// DiskCache holds an atomic, so it is neither copyable nor movable: hand it out on the heap.
-// `quiet`: a second view of a cache that another object has already opened (and warned about).
-std::unique_ptr<rtattn::cache::DiskCache> open_disk_cache(const GlobalOptions& g, bool quiet = false) {
-    const rtattn::util::Logger log = quiet ? rtattn::util::Logger(rtattn::LogLevel::quiet, nullptr) : logger(g);
-    return std::make_unique<rtattn::cache::DiskCache>(g.cache_dir, 0, log);
+// The cache as the maintenance commands see it: never created by them (ls, info and verify only look), trusted
+// by the same rule as the library's. DiskCache holds an atomic, so it lives on the heap.
+std::unique_ptr<rtattn::cache::DiskCache> open_disk_cache(const GlobalOptions& g) {
+    rtattn::cache::DiskOptions o;
+    o.create = false;
+    o.trust.shared = g.shared_cache || rtattn::cache::shared_cache_from_env();
+    return std::make_unique<rtattn::cache::DiskCache>(g.cache_dir, o, logger(g));
 }
+
+rtattn::RuntimeOptions runtime_options(const GlobalOptions& g) {
+    rtattn::RuntimeOptions ro;
+    ro.cache_dir = g.cache_dir;
+    ro.log_level = log_level(g);
+    ro.shared_cache = g.shared_cache;
+    ro.lock_timeout_seconds = g.lock_timeout;
+    return ro;
+}
+
+// Text read from cache entries or files, for a terminal: control characters escaped.
+std::string safe(const std::string& s) { return rtattn::util::escaped(s); }
+
+// JSON for stdout: invalid UTF-8 from a file is replaced, never a reason to fail the whole listing.
+std::string dump(const json& j) { return j.dump(2, ' ', false, json::error_handler_t::replace); }
 
 // Config flags as CLI11 fills them. CLI11 2.1 cannot fill std::optional, so whether a scalar flag was given is
 // read from its Option afterwards.
@@ -118,33 +139,28 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
                       ->type_name("X");
 }
 
-// A config without an arch means "the current device"; precompile, render and info need a concrete one.
-void resolve_arch(AttentionConfig& c) {
-    if (!c.arch.empty()) return;
+// A config without an arch means "the current device"; precompile, render and info need a concrete one. The
+// manifest reader calls this while expanding, so a failure names the entry (or flag) it came from.
+std::string current_arch() {
     if (!rtattn::driver::gpu_available())
-        throw ConfigError("arch", "not given and there is no GPU to take it from; pass --arch (" +
+        throw ConfigError("arch", "not given and there is no GPU to take it from; give an arch (" +
                                       rtattn::known_archs() + ")");
-    c.arch = rtattn::driver::current_device().arch();
-    if (!rtattn::is_known_arch(c.arch))
-        throw ConfigError("arch", fmt::format("the current GPU is {}, which rtattn does not support; pass --arch ({})",
-                                              c.arch, rtattn::known_archs()));
-    // Configs with an explicit arch were planned when they were read; this one is checked now, for the same reason:
-    // an unsupported config is a config error up front, not a failed compile later.
-    try {
-        (void)rtattn::plan::plan(c);
-    } catch (const ConfigError& e) {
-        throw ConfigError(e.field(), fmt::format("{} (arch of the current GPU): {}", c.describe(), e.what()));
-    }
+    const std::string arch = rtattn::driver::current_device().arch();
+    if (!rtattn::is_known_arch(arch))
+        throw ConfigError("arch", fmt::format("the current GPU is {}, which rtattn does not support; give an arch ({})",
+                                              arch, rtattn::known_archs()));
+    return arch;
 }
+
+const rtattn::tool::ExpandOptions kResolveArch{{}, current_arch};
 
 // The single config that `render` and `info` describe.
 AttentionConfig single_config(const ConfigFlags& f) {
-    auto configs = rtattn::tool::expand_flags(f);
+    auto configs = rtattn::tool::expand_flags(f, kResolveArch);
     if (configs.size() != 1)
         throw ConfigError("flags", fmt::format("this command takes one config, but the flags describe {}; give single "
                                                "values (lists are for precompile)",
                                                configs.size()));
-    resolve_arch(configs[0]);
     return configs[0];
 }
 
@@ -244,7 +260,6 @@ struct PrecompileArgs {
 rtattn::tool::ManifestError manifest_not_found(const std::string& name) {
     const auto dirs = rtattn::tool::manifest_dirs();
     const std::string searched = dirs.empty() ? std::string("none") : fmt::format("{}", fmt::join(dirs, ", "));
-    if (name.find('/') != std::string::npos) return {name, "manifest", "no such file"};
     return {name, "manifest",
             fmt::format("no such file, and no manifest of that name in the manifest directories ({}); set "
                         "RTATTN_MANIFEST_DIR or give a path",
@@ -260,21 +275,20 @@ std::vector<AttentionConfig> precompile_configs(const std::vector<std::string>& 
                                       "these fields themselves)");
     std::vector<std::string> names = manifests;
     if (names.empty() && flags.head_dims.empty()) names.push_back("default");
-    std::vector<AttentionConfig> configs;
+    rtattn::tool::UniqueConfigs configs;
     for (const auto& name : names) {
         const std::string path = rtattn::tool::find_manifest(name);
         if (path.empty()) throw manifest_not_found(name);
-        rtattn::tool::append_unique(configs, rtattn::tool::load_manifest(path, {flags.archs}).configs);
+        configs.add_all(rtattn::tool::load_manifest(path, {flags.archs, current_arch}).configs);
     }
-    if (!flags.head_dims.empty()) rtattn::tool::append_unique(configs, rtattn::tool::expand_flags(flags));
-    for (auto& c : configs) resolve_arch(c);
-    std::vector<AttentionConfig> unique;  // "current GPU" may have resolved to an arch that was also listed
-    rtattn::tool::append_unique(unique, configs);
-    return unique;
+    if (!flags.head_dims.empty()) configs.add_all(rtattn::tool::expand_flags(flags, kResolveArch));
+    return configs.take();
 }
 
 struct Outcome {
-    enum class Status { compiled, cached, failed };
+    // not_stored: compiled, but the disk cache did not take it (full, read-only, a lock not obtained): a failure of
+    // precompile, whose whole point is the stored cubin.
+    enum class Status { compiled, cached, not_stored, failed };
     Status status = Status::failed;
     rtattn::KernelInfo info;
     double seconds = 0;
@@ -285,6 +299,7 @@ const char* status_name(Outcome::Status s, bool cache_only) {
     switch (s) {
         case Outcome::Status::compiled: return "compiled";
         case Outcome::Status::cached: return cache_only ? "present" : "cached";
+        case Outcome::Status::not_stored: return "not stored";
         case Outcome::Status::failed: return cache_only ? "missing" : "failed";
     }
     return "?";
@@ -308,7 +323,7 @@ public:
     void finished(const AttentionConfig& c, const Outcome& o) {
         std::lock_guard<std::mutex> g(mu_);
         ++done_;
-        if (o.status == Outcome::Status::failed) ++failed_;
+        if (o.status == Outcome::Status::failed || o.status == Outcome::Status::not_stored) ++failed_;
         if (!enabled_) return;
         // Errors are listed in full by the summary; here the config is enough to see where things stand.
         draw(fmt::format("{} {} ({})", status_name(o.status, cache_only_), c.describe(), human_seconds(o.seconds)));
@@ -363,8 +378,9 @@ Outcome precompile_one(rtattn::Runtime& rt, const AttentionConfig& c) {
     try {
         o.info = rt.precompile(c);
         o.status = o.info.from_cache ? Outcome::Status::cached : Outcome::Status::compiled;
-    } catch (const rtattn::CacheError&) {
-        throw;  // the cache itself is unusable: every other config would fail the same way
+    } catch (const rtattn::CacheError& e) {
+        o.status = Outcome::Status::not_stored;
+        o.error = e.what();
     } catch (const std::exception& e) {
         o.error = e.what();
     }
@@ -415,12 +431,13 @@ void print_precompile_summary(const std::vector<AttentionConfig>& configs, const
         return std::count_if(outcomes.begin(), outcomes.end(), [s](const Outcome& o) { return o.status == s; });
     };
     const auto n_compiled = count(Outcome::Status::compiled), n_cached = count(Outcome::Status::cached),
-               n_failed = count(Outcome::Status::failed);
+               n_not_stored = count(Outcome::Status::not_stored), n_failed = count(Outcome::Status::failed);
     if (as_json) {
         json j;
         j["total"] = configs.size();
         j["compiled"] = n_compiled;
         j["cached"] = n_cached;
+        j["not_stored"] = n_not_stored;
         j["failed"] = n_failed;
         j["seconds"] = seconds;
         j["cache_only"] = cache_only;
@@ -431,9 +448,9 @@ void print_precompile_summary(const std::vector<AttentionConfig>& configs, const
             json e;
             e["config"] = config_json(configs[i]);
             e["describe"] = configs[i].describe();
-            e["status"] = status_name(o.status, false);
+            e["status"] = o.status == Outcome::Status::not_stored ? "not_stored" : status_name(o.status, false);
             e["seconds"] = o.seconds;
-            if (o.status == Outcome::Status::failed) {
+            if (!o.error.empty()) {
                 e["error"] = o.error;
             } else {
                 e["key"] = o.info.key;
@@ -442,18 +459,19 @@ void print_precompile_summary(const std::vector<AttentionConfig>& configs, const
             }
             j["configs"].push_back(std::move(e));
         }
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", dump(j));
         return;
     }
     if (cache_only)
         fmt::print("checked {} config(s) in {}: {} present, {} missing (cache: {})\n", configs.size(),
                    human_seconds(seconds), n_cached, n_failed, dir);
     else
-        fmt::print("precompiled {} config(s) in {}: {} compiled, {} cached, {} failed (cache: {})\n", configs.size(),
-                   human_seconds(seconds), n_compiled, n_cached, n_failed, dir);
+        fmt::print("precompiled {} config(s) in {}: {} compiled, {} cached, {} not stored, {} failed (cache: {})\n",
+                   configs.size(), human_seconds(seconds), n_compiled, n_cached, n_not_stored, n_failed, dir);
     for (std::size_t i = 0; i < configs.size(); ++i)
-        if (outcomes[i].status == Outcome::Status::failed)
-            fmt::print("{}: {}\n  {}\n", cache_only ? "missing" : "failed", configs[i].describe(), outcomes[i].error);
+        if (!outcomes[i].error.empty())
+            fmt::print("{}: {}\n  {}\n", status_name(outcomes[i].status, cache_only), configs[i].describe(),
+                       outcomes[i].error);
 }
 
 int cmd_precompile(const GlobalOptions& g, const PrecompileArgs& a) {
@@ -461,16 +479,20 @@ int cmd_precompile(const GlobalOptions& g, const PrecompileArgs& a) {
         throw ConfigError("--jobs",
                           fmt::format("{} is not allowed; give 1 or more (0: one per hardware thread)", a.jobs));
     const auto configs = precompile_configs(a.manifests, a.config.get());
-    const int jobs = a.jobs > 0 ? a.jobs : std::max(1, int(std::thread::hardware_concurrency()));
 
     Progress progress(configs.size(), log_level(g) != rtattn::LogLevel::quiet, a.cache_only);
-    rtattn::RuntimeOptions ro;
-    ro.cache_dir = g.cache_dir;
+    rtattn::RuntimeOptions ro = runtime_options(g);
     ro.mode = a.cache_only ? rtattn::CacheMode::cache_only : rtattn::CacheMode::jit;
-    ro.max_concurrent_compiles = jobs;
-    ro.log_level = log_level(g);
+    ro.max_concurrent_compiles = a.jobs;
     ro.log_sink = [&progress](rtattn::LogLevel l, const std::string& m) { progress.log(l, m); };
     rtattn::Runtime rt(ro);
+    // More workers than the library's compile slots would only wait (and 64 NVRTC runs on 2 cores take GBs).
+    const int jobs = rt.options().max_concurrent_compiles;
+    if (a.jobs > jobs)
+        progress.log(rtattn::LogLevel::warn,
+                     fmt::format("-j {} capped at {}: the library runs at most one NVRTC compile per hardware thread "
+                                 "({} here), each taking 100s of MB",
+                                 a.jobs, jobs, std::thread::hardware_concurrency()));
     const auto stats = rt.stats();
     // A memory-only cache would "succeed" and keep nothing: that is a cache failure, not a precompile.
     if (!stats.disk_enabled)
@@ -482,8 +504,9 @@ int cmd_precompile(const GlobalOptions& g, const PrecompileArgs& a) {
     const auto outcomes = run_precompile(rt, configs, jobs, progress);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     print_precompile_summary(configs, outcomes, seconds, stats.dir, a.cache_only, a.json);
-    const bool any_failed = std::any_of(outcomes.begin(), outcomes.end(),
-                                        [](const Outcome& o) { return o.status == Outcome::Status::failed; });
+    const bool any_failed = std::any_of(outcomes.begin(), outcomes.end(), [](const Outcome& o) {
+        return o.status == Outcome::Status::failed || o.status == Outcome::Status::not_stored;
+    });
     return any_failed ? kWorkFailed : kOk;
 }
 
@@ -496,10 +519,12 @@ struct EntryView {
     int registers = -1, spill_bytes = -1;
 };
 
+// Only sound entries have info: the cache checked that it is a JSON object whose known fields have their types.
 EntryView view_of(const rtattn::cache::Listing& l) {
     EntryView v{nullptr, "?"};
+    if (!l.ok) return v;
     v.info = json::parse(l.info_json, nullptr, /*allow_exceptions=*/false);
-    if (v.info.is_discarded() || !v.info.is_object()) {
+    if (!v.info.is_object()) {
         v.info = nullptr;
         return v;
     }
@@ -507,7 +532,7 @@ EntryView view_of(const rtattn::cache::Listing& l) {
     v.spill_bytes = v.info.value("spill_bytes", -1);
     if (v.info.contains("config")) {
         try {
-            AttentionConfig c = AttentionConfig::from_json(v.info["config"].dump());
+            AttentionConfig c = rtattn::config_from_json(v.info["config"]);
             c.arch.clear();
             v.config = c.describe();
         } catch (const ConfigError&) {
@@ -544,7 +569,7 @@ int cmd_ls(const GlobalOptions& g, bool as_json) {
             e["compile_seconds"] = v.info.is_object() ? v.info.value("compile_seconds", -1.0) : -1.0;
             j["entries"].push_back(std::move(e));
         }
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", dump(j));
         return kOk;
     }
     if (!listings.empty())
@@ -552,11 +577,12 @@ int cmd_ls(const GlobalOptions& g, bool as_json) {
                    "LAST USE", "REGS", "SPILLS");
     for (const auto& l : listings) {
         const EntryView v = view_of(l);
-        const std::string config = l.ok ? v.config : "BAD: " + l.problem;
-        fmt::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", l.key.substr(0, 12), l.arch, config,
+        const std::string config = l.ok ? v.config : "BAD: " + safe(l.problem);
+        fmt::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", l.key.substr(0, 12), safe(l.arch), config,
                    human_bytes(l.size), human_age(l.last_use), figure(v.registers, "-"), figure(v.spill_bytes, "-"));
     }
-    fmt::print("{} entries, {} in {}\n", listings.size(), human_bytes(total), disk->dir());
+    fmt::print("{} entries, {} in {}{}\n", listings.size(), human_bytes(total), disk->dir(),
+               disk->absent() ? " (it does not exist yet)" : "");
     return kOk;
 }
 
@@ -570,9 +596,9 @@ int cmd_verify(const GlobalOptions& g, bool repair, bool as_json) {
         j["bad"] = r.bad;
         j["removed"] = r.removed;
         j["problems"] = r.problems;
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", dump(j));
     } else {
-        for (const auto& p : r.problems) fmt::print("bad: {}\n", p);
+        for (const auto& p : r.problems) fmt::print("bad: {}\n", safe(p));
         fmt::print("verified {} entries in {}: {} ok, {} bad, {} removed\n", r.ok + r.bad, disk->dir(), r.ok, r.bad,
                    r.removed);
         if (r.bad > r.removed) fmt::print("run `rtattn verify --repair` to remove the bad entries\n");
@@ -582,16 +608,17 @@ int cmd_verify(const GlobalOptions& g, bool repair, bool as_json) {
 
 struct PruneArgs {
     std::string max_size, older_than;
+    CLI::Option *max_size_opt = nullptr, *older_than_opt = nullptr;  // given or not: "" is a value to refuse
 };
 
 int cmd_prune(const GlobalOptions& g, const PruneArgs& a) {
-    if (a.max_size.empty() && a.older_than.empty())
+    if (!a.max_size_opt->count() && !a.older_than_opt->count())
         throw ConfigError("--max-size", "prune needs --max-size and/or --older-than (use `rtattn clear` to remove "
                                         "everything)");
     std::optional<std::uint64_t> max_bytes;
     std::optional<std::int64_t> older_than;
-    if (!a.max_size.empty()) max_bytes = parse_size(a.max_size);
-    if (!a.older_than.empty()) older_than = parse_duration(a.older_than);
+    if (a.max_size_opt->count()) max_bytes = parse_size(a.max_size);
+    if (a.older_than_opt->count()) older_than = parse_duration(a.older_than);
     const auto disk = open_disk_cache(g);
     const auto r = disk->prune(max_bytes, older_than);
     fmt::print("removed {} entries ({}); {} left in {}\n", r.removed, human_bytes(r.bytes_freed),
@@ -601,8 +628,10 @@ int cmd_prune(const GlobalOptions& g, const PruneArgs& a) {
 
 int cmd_clear(const GlobalOptions& g) {
     const auto disk = open_disk_cache(g);
-    const int n = disk->clear();
-    fmt::print("removed {} entries from {}\n", n, disk->dir());
+    const auto r = disk->clear();
+    fmt::print("removed {} entries from {}\n", r.entries, disk->dir());
+    if (r.in_use > 0)
+        fmt::print("left {} lock or temp file(s) that running processes hold; they go when those finish\n", r.in_use);
     return kOk;
 }
 
@@ -653,28 +682,19 @@ json device_json() {
     }
 }
 
-json cache_json(const GlobalOptions& g) {
-    rtattn::RuntimeOptions ro;
-    ro.cache_dir = g.cache_dir;
-    ro.log_level = log_level(g);
-    rtattn::Runtime rt(ro);
-    const auto s = rt.stats();
-    const auto disk = open_disk_cache(g, /*quiet=*/true);
+json cache_json(const rtattn::cache::DiskCache& disk) {
     json j;
-    j["dir"] = disk->dir();
-    j["enabled"] = disk->enabled();
-    j["entries"] = disk->enabled() ? json(disk->list().size()) : json(nullptr);
-    j["total_bytes"] = disk->enabled() ? disk->total_bytes() : 0;
-    j["stats"] = {{"memory_hits", s.memory_hits}, {"disk_hits", s.disk_hits},   {"misses", s.misses},
-                  {"compiles", s.compiles},       {"compile_seconds", s.compile_seconds},
-                  {"bad_entries", s.bad_entries}, {"evictions", s.evictions},   {"bytes_written", s.bytes_written}};
+    j["dir"] = disk.dir();
+    j["state"] = disk.state_name();
+    j["problem"] = disk.problem().empty() ? json(nullptr) : json(disk.problem());
+    j["entries"] = std::string(disk.state_name()) != "off" ? json(disk.list().size()) : json(nullptr);
+    j["total_bytes"] = disk.total_bytes();
     return j;
 }
 
-json plan_info_json(const AttentionConfig& c, const GlobalOptions& g) {
+json plan_info_json(const AttentionConfig& c, const rtattn::cache::DiskCache& disk) {
     const auto p = rtattn::plan::plan(c);
     const auto key = rtattn::cache_key(rtattn::render::render(p), c.arch);
-    const auto disk = open_disk_cache(g, /*quiet=*/true);
     std::error_code ec;
     json j;
     j["config"] = config_json(c);
@@ -684,7 +704,8 @@ json plan_info_json(const AttentionConfig& c, const GlobalOptions& g) {
     const json plan = json::parse(rtattn::plan_json(p));  // a named object: items() would dangle on a temporary
     for (const auto& [k, v] : plan.items()) j[k] = v;  // includes "threads"
     j["key"] = key;
-    j["cached"] = disk->enabled() && std::filesystem::exists(disk->entry_path(key), ec);
+    // Whether an entry file is there (not whether it verifies: `rtattn verify` does that); links do not count.
+    j["cached"] = std::filesystem::is_regular_file(std::filesystem::symlink_status(disk.entry_path(key), ec));
     return j;
 }
 
@@ -700,17 +721,13 @@ void print_info_text(const json& j) {
                    d["cc"].get<std::string>(), d["sms"].get<int>(), d["arch"].get<std::string>(),
                    d["driver_version"].get<int>());
     const json& c = j["cache"];
-    if (c["enabled"].get<bool>())
-        fmt::print("cache: {} (enabled), {} entries, {}\n", c["dir"].get<std::string>(), c["entries"].get<int>(),
+    const std::string state = c["state"].get<std::string>();
+    if (state == "usable")
+        fmt::print("cache: {}, {} entries, {}\n", c["dir"].get<std::string>(), c["entries"].get<int>(),
                    human_bytes(c["total_bytes"].get<std::uint64_t>()));
     else
-        fmt::print("cache: {} (disabled: memory only)\n", c["dir"].get<std::string>());
-    const json& s = c["stats"];
-    fmt::print("runtime stats: {} memory hits, {} disk hits, {} misses, {} compiles ({:.2f} s), {} bad entries, {} "
-               "evictions, {} written\n",
-               s["memory_hits"].get<int>(), s["disk_hits"].get<int>(), s["misses"].get<int>(),
-               s["compiles"].get<int>(), s["compile_seconds"].get<double>(), s["bad_entries"].get<int>(),
-               s["evictions"].get<int>(), human_bytes(s["bytes_written"].get<std::uint64_t>()));
+        fmt::print("cache: {} ({}{})\n", c["dir"].get<std::string>(), state,
+                   c["problem"].is_null() ? "" : ": " + c["problem"].get<std::string>());
     if (!j.contains("plan")) return;
     const json& p = j["plan"];
     const double useful = p["useful_flop_fraction"].get<double>();
@@ -733,10 +750,11 @@ int cmd_info(const GlobalOptions& g, const ConfigFlags& flags, bool as_json) {
     j["version"] = rtattn::version();
     j["nvrtc"] = rtattn::compile::nvrtc_version();
     j["device"] = device_json();
-    j["cache"] = cache_json(g);
-    if (flags.any_shape_flag() || !flags.archs.empty()) j["plan"] = plan_info_json(single_config(flags), g);
+    const auto disk = open_disk_cache(g);
+    j["cache"] = cache_json(*disk);
+    if (flags.any_shape_flag() || !flags.archs.empty()) j["plan"] = plan_info_json(single_config(flags), *disk);
     if (as_json)
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", dump(j));
     else
         print_info_text(j);
     return kOk;
@@ -777,6 +795,14 @@ int main(int argc, char** argv) {
     app.add_option("--log-level", g.log_level, "how much the library logs to stderr (default warn)")
         ->check(CLI::IsMember({"quiet", "warn", "info", "debug"}))
         ->type_name("LEVEL");
+    app.add_flag("--shared-cache", g.shared_cache,
+                 "trust a cache dir that others can write (a team cache; also RTATTN_SHARED_CACHE=1): anyone who can "
+                 "write it can run code in this process");
+    app.add_option("--lock-timeout", g.lock_timeout,
+                   "seconds to wait for another process building the same kernel, then compile without storing "
+                   "(default 60)")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->type_name("SECONDS");
 
     PrecompileArgs pre;
     auto* precompile = app.add_subcommand(
@@ -802,11 +828,12 @@ int main(int argc, char** argv) {
 
     PruneArgs prune_args;
     auto* prune = app.add_subcommand("prune", "remove least recently used or old entries");
-    prune->add_option("--max-size", prune_args.max_size, "keep at most this much, e.g. 500M, 2G or bytes")
-        ->type_name("SIZE");
-    prune->add_option("--older-than", prune_args.older_than, "remove entries unused for this long, e.g. 7d, 12h, "
-                                                             "30m or seconds")
-        ->type_name("AGE");
+    prune_args.max_size_opt =
+        prune->add_option("--max-size", prune_args.max_size, "keep at most this much, e.g. 500M, 2G or bytes")
+            ->type_name("SIZE");
+    prune_args.older_than_opt = prune->add_option("--older-than", prune_args.older_than,
+                                                  "remove entries unused for this long, e.g. 7d, 12h, 30m or seconds")
+                                    ->type_name("AGE");
 
     auto* clear = app.add_subcommand("clear", "remove every cache entry");
 

@@ -1,16 +1,20 @@
 #include "manifest.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "config/config_json.hpp"
 #include "plan/plan.hpp"
+#include "util/text.hpp"
 
 namespace rtattn::tool {
 
@@ -63,7 +67,7 @@ struct Origin {
 std::vector<json> alternatives(const std::string& key, const json& value, const Origin& origin) {
     if (key == "causal" && value.is_string()) {
         if (value == "both") return {false, true};
-        origin.fail(key, fmt::format("{} is not allowed; use true, false or \"both\"", value.dump()));
+        origin.fail(key, fmt::format("{} is not allowed; use true, false or \"both\"", json_for_message(value)));
     }
     if (!value.is_array()) return {value};
     if (value.empty()) origin.fail(key, "is an empty list; give at least one value or leave the field out");
@@ -91,11 +95,13 @@ std::vector<json> cartesian(const json& entry, const Origin& origin) {
     return out;
 }
 
-// Parses and checks one expanded config. Planning it too means "valid but unsupported on this arch" (e.g. shared
-// memory) is caught up front with its origin, not reported as a failed compile later.
-AttentionConfig checked_config(const json& single, const Origin& origin) {
+// Parses and checks one expanded config, as JSON (a dump and re-parse would turn NaN into null, i.e. the default).
+// Resolving "the current GPU" and planning here too means that an unsupported config (e.g. shared memory) is
+// reported with its origin up front, not as a failed compile later.
+AttentionConfig checked_config(const json& single, const ExpandOptions& opts, const Origin& origin) {
     try {
-        AttentionConfig c = AttentionConfig::from_json(single.dump());
+        AttentionConfig c = config_from_json(single);
+        if (c.arch.empty() && opts.current_arch) c.arch = opts.current_arch();
         if (!c.arch.empty()) (void)plan::plan(c);
         return c;
     } catch (const ConfigError& e) {
@@ -104,29 +110,34 @@ AttentionConfig checked_config(const json& single, const Origin& origin) {
 }
 
 std::vector<AttentionConfig> expand_entry(json entry, const ExpandOptions& opts, const Origin& origin) {
-    if (!entry.is_object()) origin.fail("entry", fmt::format("must be a JSON object, got {}", entry.dump()));
+    if (!entry.is_object()) origin.fail("entry", fmt::format("must be a JSON object, got {}", json_for_message(entry)));
     for (const char* key : kCommentFields)
         if (entry.contains(key) && !entry[key].is_string()) origin.fail(key, "must be a string (it is a comment)");
     if (!opts.archs.empty()) entry["arch"] = opts.archs;
-    std::vector<AttentionConfig> out;
-    for (const auto& single : cartesian(entry, origin)) append_unique(out, {checked_config(single, origin)});
-    return out;
+    UniqueConfigs out;
+    for (const auto& single : cartesian(entry, origin)) out.add(checked_config(single, opts, origin));
+    return out.take();
 }
 
 // Equality up to spelling: an explicit default is the same config as an omitted one.
-AttentionConfig normalized(AttentionConfig c) {
+std::string canonical(AttentionConfig c) {
     if (c.head_dim_v == c.head_dim_qk) c.head_dim_v.reset();
     if (c.softmax_scale && *c.softmax_scale == 1.0 / std::sqrt(double(c.head_dim_qk))) c.softmax_scale.reset();
-    return c;
+    return c.to_json();
 }
 
 json read_json_file(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+        throw ManifestError(path, "manifest", errno == ENOENT ? "no such file" : std::string(std::strerror(errno)));
+    // A FIFO would block the read, a device never end it: only a regular file is a manifest.
+    if (!S_ISREG(st.st_mode))
+        throw ManifestError(path, "manifest", S_ISDIR(st.st_mode) ? "is a directory, not a manifest file"
+                                                                  : "is not a regular file (a device, FIFO or socket)");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ManifestError(path, "manifest", "cannot open the file for reading");
-    std::stringstream ss;
-    ss << in.rdbuf();
     try {
-        return json::parse(ss.str());
+        return json::parse(in);
     } catch (const json::exception& e) {
         throw ManifestError(path, "manifest", fmt::format("not valid JSON: {}", e.what()));
     }
@@ -151,6 +162,7 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
         throw ManifestError(path, "configs", "missing or not a list; give a list of config objects");
 
     Manifest m;
+    UniqueConfigs configs;
     m.path = path;
     m.name = string_field(top, "name", path, fs::path(path).stem().string());
     m.description = string_field(top, "description", path, "");
@@ -158,10 +170,13 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
     for (std::size_t i = 0; i < entries.size(); ++i) {
         const json& e = entries[i];
         Origin origin{fmt::format("{}: configs[{}]", path, i)};
-        if (e.is_object() && e.contains("model") && e["model"].is_string())
-            origin.where += fmt::format(" ({})", e["model"].get<std::string>());
-        append_unique(m.configs, expand_entry(e, opts, origin));
+        if (e.is_object() && e.contains("model") && e["model"].is_string()) {
+            const std::string model = e["model"].get<std::string>();
+            origin.where += fmt::format(" ({})", util::escaped(model.substr(0, 64)) + (model.size() > 64 ? "..." : ""));
+        }
+        configs.add_all(expand_entry(e, opts, origin));
     }
+    m.configs = configs.take();
     return m;
 }
 
@@ -170,7 +185,7 @@ bool ConfigFlags::any_shape_flag() const {
            softmax_scale;
 }
 
-std::vector<AttentionConfig> expand_flags(const ConfigFlags& f) {
+std::vector<AttentionConfig> expand_flags(const ConfigFlags& f, const ExpandOptions& opts) {
     const Origin origin{"", true};
     if (f.head_dims.empty()) origin.fail("head_dim", "is required here");
     json entry = json::object();
@@ -185,16 +200,17 @@ std::vector<AttentionConfig> expand_flags(const ConfigFlags& f) {
     if (f.heads_kv) entry["num_heads_kv"] = *f.heads_kv;
     if (f.softmax_scale) entry["softmax_scale"] = *f.softmax_scale;
     if (!f.archs.empty()) entry["arch"] = f.archs;
-    return expand_entry(entry, {}, origin);
+    return expand_entry(entry, {{}, opts.current_arch}, origin);
 }
 
-void append_unique(std::vector<AttentionConfig>& into, const std::vector<AttentionConfig>& more) {
-    for (const auto& c : more) {
-        const AttentionConfig n = normalized(c);
-        bool seen = false;
-        for (const auto& have : into) seen = seen || normalized(have) == n;
-        if (!seen) into.push_back(c);
-    }
+bool UniqueConfigs::add(const AttentionConfig& c) {
+    if (!seen_.insert(canonical(c)).second) return false;
+    list_.push_back(c);
+    return true;
+}
+
+void UniqueConfigs::add_all(const std::vector<AttentionConfig>& configs) {
+    for (const auto& c : configs) add(c);
 }
 
 std::vector<std::string> manifest_dirs() {
@@ -211,9 +227,10 @@ std::vector<std::string> manifest_dirs() {
 
 std::string find_manifest(const std::string& name) {
     std::error_code ec;
-    if (fs::is_regular_file(name, ec)) return name;
-    // Only bare names are looked up, so a mistyped path is reported as such instead of matching elsewhere.
-    if (name.empty() || name.find('/') != std::string::npos) return "";
+    // Only bare names are looked up, so a mistyped path is reported as such (by load_manifest) instead of
+    // matching elsewhere.
+    if (name.find('/') != std::string::npos || fs::exists(name, ec)) return name;
+    if (name.empty()) return "";
     const std::string file = fs::path(name).extension() == ".json" ? name : name + ".json";
     for (const auto& dir : manifest_dirs()) {
         const fs::path candidate = fs::path(dir) / file;

@@ -16,8 +16,10 @@
 // The CLI's config flags (--head-dim 64,128 --dtype bf16,fp16 ...) are turned into one such entry, so a flag and
 // a manifest field are expanded and checked by the same code and fail with the same messages.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "rtattn/config.hpp"
@@ -38,6 +40,20 @@ private:
     std::string where_, text_;
 };
 
+// Configs in first-seen order without repeats: head_dim_v equal to head_dim_qk and an explicit softmax_scale equal
+// to the default count as leaving them out. A hash set of canonical forms keeps it linear (64k configs).
+class UniqueConfigs {
+public:
+    bool add(const AttentionConfig& c);  // false when an equal config is already in
+    void add_all(const std::vector<AttentionConfig>& configs);
+    const std::vector<AttentionConfig>& list() const { return list_; }
+    std::vector<AttentionConfig> take() { return std::move(list_); }
+
+private:
+    std::vector<AttentionConfig> list_;
+    std::unordered_set<std::string> seen_;
+};
+
 struct Manifest {
     std::string path, name, description;
     std::vector<AttentionConfig> configs;  // expanded, deduplicated, in first-seen order
@@ -46,6 +62,8 @@ struct Manifest {
 // Overrides applied while expanding, before each config is checked.
 struct ExpandOptions {
     std::vector<std::string> archs;  // non-empty: replaces every entry's "arch" (e.g. `precompile --arch sm_90a`)
+    // Gives the arch of a config that names none ("the current GPU"), or throws ConfigError; null: leave it empty.
+    std::function<std::string()> current_arch;
 };
 
 // Reads and expands a manifest file. Every config is validated and, when its arch is known, planned, so an
@@ -67,14 +85,10 @@ struct ConfigFlags {
 };
 
 // Expands the flags like a one-entry manifest (errors name the flag). Requires head_dims to be non-empty.
-std::vector<AttentionConfig> expand_flags(const ConfigFlags& flags);
+std::vector<AttentionConfig> expand_flags(const ConfigFlags& flags, const ExpandOptions& opts = {});
 
-// Appends `more` to `into`, skipping configs already present (head_dim_v equal to head_dim_qk and an explicit
-// softmax_scale equal to the default count as the same config as leaving them out).
-void append_unique(std::vector<AttentionConfig>& into, const std::vector<AttentionConfig>& more);
-
-// Where `name` (a path, or a bare manifest name such as "default") resolves to: an existing path as given, else
-// <dir>/<name>.json in the first manifest directory that has it. Returns "" when nothing matches.
+// Where `name` resolves to: a path (anything with a '/', or an existing file) as given, else <dir>/<name>.json in
+// the first manifest directory that has it. Returns "" when a bare name matches nothing.
 std::string find_manifest(const std::string& name);
 
 // The manifest directories searched, in order: $RTATTN_MANIFEST_DIR, the source tree's cache/ (build time), the
