@@ -110,15 +110,18 @@ TEST_CASE("JSON round trip is exact", "[config]") {
     CHECK(b.to_json() == AttentionConfig::from_json(b.to_json()).to_json());
 }
 
+// The field and message from_json's ConfigError names, or "<no error>" for both.
+std::pair<std::string, std::string> json_error(const std::string& json) {
+    try {
+        AttentionConfig::from_json(json);
+    } catch (const ConfigError& e) {
+        return {e.field(), e.what()};
+    }
+    return {"<no error>", "<no error>"};
+}
+
 TEST_CASE("JSON errors name the field", "[config]") {
-    auto field_of = [](const std::string& json) -> std::string {
-        try {
-            AttentionConfig::from_json(json);
-        } catch (const ConfigError& e) {
-            return e.field();
-        }
-        return "<no error>";
-    };
+    auto field_of = [](const std::string& json) { return json_error(json).first; };
     CHECK(field_of("{") == "json");
     CHECK(field_of("[1]") == "json");
     CHECK(field_of(R"({"dtype":"bf16"})") == "head_dim_qk");
@@ -142,14 +145,7 @@ TEST_CASE("JSON errors name the field", "[config]") {
 }
 
 TEST_CASE("JSON error messages echo values as written, escaped and short", "[config]") {
-    auto message_of = [](const std::string& json) -> std::string {
-        try {
-            AttentionConfig::from_json(json);
-        } catch (const ConfigError& e) {
-            return e.what();
-        }
-        return "<no error>";
-    };
+    auto message_of = [](const std::string& json) { return json_error(json).second; };
     CHECK(message_of(R"({"head_dim":18446744073709551615})").find("18446744073709551615 is out of range; allowed 1..256") !=
           std::string::npos);
     CHECK(message_of(R"({"head_dim":-5})").find("-5 is out of range") != std::string::npos);

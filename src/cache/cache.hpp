@@ -121,8 +121,17 @@ public:
 private:
     enum class State { usable, read_only, absent, refused, disabled };
     enum class Removal { removed, busy, gone, failed };
-    struct Node;
-    struct Scan;
+    // One name in a shard directory that the cache could have created, as the scan found it.
+    struct Node {
+        std::string shard, name;
+        Kind kind;
+        struct stat st {};  // of the name itself (a link is not followed)
+        std::string shard_distrust;  // why the shard (or the whole tree) is not trusted, "" if it is
+    };
+    struct Scan {
+        std::vector<Node> nodes;
+        std::vector<std::string> stray_shards;  // shard names in v<format> that are not directories (e.g. symlinks)
+    };
 
     // Open the root and v<format> (or a shard) directories, checking trust on the way; *untrusted says why not.
     fsys::Status open_tree(bool create, fsys::Dir* vdir, std::string* untrusted) const;
