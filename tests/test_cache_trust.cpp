@@ -41,7 +41,7 @@ fs::path shard_dir(DiskCache& disk, const Entry& e) {
 
 // ---- trust ---------------------------------------------------------------------------------------------------------
 
-TEST_CASE("an entry or shard that others can write is not loaded: one warning, compiled instead, refused in cache_only") {
+TEST_CASE("an entry or shard others can write is not loaded: one warning, compiled instead, refused in cache_only") {
     TempDir tmp;
     const Entry e = make_entry("planted");
     struct Case {
@@ -260,9 +260,10 @@ TEST_CASE("a Runtime on a path that cannot be looked up warns once and caches in
         }
         CHECK(warnings.size() == 1);
     }
-    // A parent without search permission (HOME=/root as nobody): needs a user whom the bits stop.
+    // A parent without search permission (HOME=/root as nobody): mode 0000 stops its owner too, and root is
+    // stopped by dropping to nobody in the child.
     fs::create_directory(tmp.path() / "sealed");
-    fs::permissions(tmp.path() / "sealed", fs::perms(0700));
+    fs::permissions(tmp.path() / "sealed", fs::perms::none);
     fs::permissions(tmp.path(), fs::perms(0755));
     const int rc = in_child(
         [&] {

@@ -146,8 +146,8 @@ TEST_CASE("JSON errors name the field", "[config]") {
 
 TEST_CASE("JSON error messages echo values as written, escaped and short", "[config]") {
     auto message_of = [](const std::string& json) { return json_error(json).second; };
-    CHECK(message_of(R"({"head_dim":18446744073709551615})").find("18446744073709551615 is out of range; allowed 1..256") !=
-          std::string::npos);
+    CHECK(message_of(R"({"head_dim":18446744073709551615})")
+              .find("18446744073709551615 is out of range; allowed 1..256") != std::string::npos);
     CHECK(message_of(R"({"head_dim":-5})").find("-5 is out of range") != std::string::npos);
     const std::string nul = message_of(R"({"head_dim":64,"dtype":"bf\u0000x\u001b[2J"})");
     CHECK(nul.find("'bf\\x00x\\x1b[2J'") != std::string::npos);

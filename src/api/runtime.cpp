@@ -68,7 +68,8 @@ RuntimeOptions effective_options(RuntimeOptions o) {
                           fmt::format("{} is not allowed; give 1 or more, or 0 for one per hardware thread",
                                       o.max_concurrent_compiles));
     if (!(o.lock_timeout_seconds >= 0 && o.lock_timeout_seconds <= 86400))
-        throw ConfigError("lock_timeout_seconds", fmt::format("{} is out of range; allowed 0..86400", o.lock_timeout_seconds));
+        throw ConfigError("lock_timeout_seconds",
+                          fmt::format("{} is out of range; allowed 0..86400", o.lock_timeout_seconds));
     const int hardware = std::max(1, int(std::thread::hardware_concurrency()));
     o.max_concurrent_compiles =
         o.max_concurrent_compiles == 0 ? std::min(hardware, 8) : std::min(o.max_concurrent_compiles, hardware);

@@ -174,7 +174,8 @@ DiskCache::Loaded DiskCache::load(const std::string& key, const std::string& arc
     if (s.ok()) s = open_shard(vdir, shard_of(key), false, &shard, &untrusted);
     if (!untrusted.empty()) {
         r.refused = untrusted;
-        warn_once(untrusted, "not loading from " + untrusted + "; " + trust_advice(untrusted.substr(0, untrusted.find(' '))));
+        warn_once(untrusted,
+                  "not loading from " + untrusted + "; " + trust_advice(untrusted.substr(0, untrusted.find(' '))));
         return r;
     }
     // Anything else in the way of the directories is a miss here; the write path reports it, as "not stored".

@@ -30,7 +30,8 @@ bool hex_digits(std::string_view s) {
 }
 
 bool arch_chars(std::string_view s) {
-    return std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+    return std::all_of(s.begin(), s.end(),
+                       [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 void put_le(std::string& out, std::uint64_t v, int bytes) {
@@ -162,7 +163,8 @@ std::string read_entry(int fd, std::uint64_t file_size, const std::string& path,
                        Entry* out) {
     const std::uint64_t min_size = kHeadLen + 1 + kSizesLen + kSumLen;
     if (file_size < min_size)
-        return "truncated: " + std::to_string(file_size) + " bytes, an entry needs at least " + std::to_string(min_size);
+        return "truncated: " + std::to_string(file_size) + " bytes, an entry needs at least " +
+               std::to_string(min_size);
     std::string head;
     if (auto s = fsys::read_exact(fd, kHeadLen, path, &head); !s.ok()) return s.message();
     if (std::string p = check_head(head, expect_key, out); !p.empty()) return p;

@@ -110,7 +110,8 @@ Status Dir::open_path(const std::string& path, bool create, mode_t mode, Dir* ou
 
 Status Dir::open_child(const std::string& name, bool create, mode_t mode, Dir* out) const {
     const std::string path = child_path(name);
-    if (create && ::mkdirat(fd(), name.c_str(), mode) != 0 && errno != EEXIST) return Status::sys(errno, "create", path);
+    if (create && ::mkdirat(fd(), name.c_str(), mode) != 0 && errno != EEXIST)
+        return Status::sys(errno, "create", path);
     Fd fd_child(::openat(fd(), name.c_str(), kOpenDir | O_NOFOLLOW));
     if (!fd_child.valid()) {
         const int err = errno;
@@ -175,7 +176,8 @@ Status open_regular(const Dir& dir, const std::string& name, Fd* out, struct sta
         return Status::sys(err, "open", path);
     }
     if (::fstat(fd.get(), st) != 0) return Status::sys(errno, "stat", path);
-    if (!S_ISREG(st->st_mode)) return Status::failure(0, path + " is " + node_type(st->st_mode) + ", not a regular file");
+    if (!S_ISREG(st->st_mode))
+        return Status::failure(0, path + " is " + node_type(st->st_mode) + ", not a regular file");
     *out = std::move(fd);
     return {};
 }
@@ -218,6 +220,10 @@ Status remove_unlocked(const Dir& dir, const std::string& name, bool* busy) {
 
 // ---- TempFile -------------------------------------------------------------------------------------------------------
 
+TempFile::TempFile(TempFile&& o) noexcept
+    : dir_fd_(std::move(o.dir_fd_)), fd_(std::move(o.fd_)), name_(std::move(o.name_)), path_(std::move(o.path_)),
+      exists_(std::exchange(o.exists_, false)) {}
+
 TempFile::~TempFile() {
     if (exists_) ::unlinkat(dir_fd_.get(), name_.c_str(), 0);
 }
@@ -233,8 +239,16 @@ Status TempFile::create(const Dir& dir, const std::string& prefix, TempFile* out
             return Status::sys(errno, "create temp file", dir.child_path(name));
         }
         // A scan (remove_unlocked) may take the lock or remove the name between the create and our flock: then
-        // this name is lost to us; try another.
-        if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || !still_named(dir.fd(), name, fd.get())) continue;
+        // this name is lost to us; try another. A file system without flock cannot keep live writers apart.
+        if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            if (err != EWOULDBLOCK) {
+                ::unlinkat(dir.fd(), name.c_str(), 0);
+                return Status::sys(err, "lock temp file", dir.child_path(name));
+            }
+            continue;
+        }
+        if (!still_named(dir.fd(), name, fd.get())) continue;
         out->dir_fd_ = std::move(dir_fd);
         out->fd_ = std::move(fd);
         out->name_ = name;
@@ -297,11 +311,11 @@ Status LockFile::acquire(const Dir& dir, const std::string& name, const Wait& wa
                 if (wait.on_slow) wait.on_slow(holder_of(fd.get()));
             }
             if (waited >= wait.timeout) {
+                const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
                 const std::string holder = holder_of(fd.get());
-                return Status::failure(
-                    ETIMEDOUT, "gave up waiting for " + path + " after " +
-                                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
-                                   " ms; it is held by " + (holder.empty() ? "an unknown process" : holder));
+                return Status::failure(ETIMEDOUT, "gave up waiting for " + path + " after " + std::to_string(ms) +
+                                                      " ms; it is held by " +
+                                                      (holder.empty() ? "an unknown process" : holder));
             }
             std::this_thread::sleep_for(pause);
             pause = std::min(pause * 2, std::chrono::milliseconds(50));

@@ -101,7 +101,7 @@ class TempFile {
 public:
     TempFile() = default;
     ~TempFile();
-    TempFile(TempFile&&) = default;
+    TempFile(TempFile&& o) noexcept;
     TempFile& operator=(TempFile&&) = delete;
     // Creates <prefix><6 random characters> with mode 0644 less the umask.
     static Status create(const Dir& dir, const std::string& prefix, TempFile* out);
