@@ -1,4 +1,5 @@
-// The rtattn CLI end to end (each test on its own temp cache dir), and the manifest expansion it is built on.
+// The rtattn CLI end to end, each test on its own temp cache dir. The manifest reader is tested in test_manifest.cpp,
+// attacks and input slips in test_cli_security.cpp.
 // Needs NVRTC but no GPU: every config names its arch.
 #include <chrono>
 #include <cstdlib>
@@ -8,9 +9,9 @@
 #include <set>
 #include <string>
 
+#include "cache/entry_file.hpp"
 #include "catch.hpp"
 #include "cli_harness.hpp"
-#include "manifest.hpp"
 #include "testutil.hpp"
 
 namespace {
@@ -38,6 +39,14 @@ const char* const kFourConfigs = "precompile --head-dim 64,132 --dtype bf16 --ca
 
 }  // namespace
 
+TEST_CASE("rtattn with no arguments prints usage", "[cli]") {
+    const Cli cli;
+    const Result r = cli.raw("");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("Subcommands") != std::string::npos);
+    CHECK(r.out.find("precompile") != std::string::npos);
+}
+
 TEST_CASE("rtattn --help documents the exit codes", "[cli]") {
     const Cli cli;
     const Result r = cli("--help");
@@ -64,16 +73,23 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
     CHECK_FALSE(j.contains("plan"));
 
     SECTION("with config flags it shows the plan and the padding waste") {
-        const json p = cli.json_of("info --json --head-dim 132 --arch sm_90a")["plan"];
+        const json info = cli.json_of("info --json --head-dim 132 --arch sm_90a")["plan"];
+        CHECK(info["cached"] == false);
+        CHECK(info["key"].get<std::string>().size() == 64);
+        const json& p = info["plan"];  // the whole plan, as the cache entry and the stub record it
+        CHECK(p["family"] == "fwd_sm90_ws");
+        CHECK(p["split_rows"] == true);
+        CHECK(p["vec_qk"] == 4);
         CHECK(p["pad_qk"] == 144);
         CHECK(p["pad_v"] == 136);
         CHECK(p["block_m"].get<int>() > 0);
         CHECK(p["warps"].get<int>() > 0);
         CHECK(p["smem_bytes"].get<int>() > 0);
         CHECK(p["useful_flop_fraction"].get<double>() == Approx(264.0 / 280.0));
-        CHECK(p["cached"] == false);
         const Result t = cli("info --head-dim 132 --arch sm_90a");
         CHECK(t.out.find("useful/issued FLOPs") != std::string::npos);
+        CHECK(t.out.find("vector width: 4 elements") != std::string::npos);
+        CHECK(t.out.find("runtime stats") == std::string::npos);  // a fresh process has none worth showing
     }
 }
 
@@ -81,7 +97,7 @@ TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that
     const Cli cli;
     const bool gpu = !cli.json_of("info --json")["device"].is_null();
     const std::string out = (cli.scratch.path() / "bench.json").string();
-    const Result r = cli("bench --interleave --head-dims 16,24 --seqlens 256 --tokens 512 --reps 3 --json '" + out + "'");
+    const Result r = cli("bench --interleave --head-dim 16,24 --seqlens 256 --tokens 512 --reps 3 --json-out '" + out + "'");
     if (!gpu) {
         CHECK(r.code == 1);
         CHECK(r.all().find("a GPU is needed") != std::string::npos);
@@ -89,7 +105,9 @@ TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that
     }
     REQUIRE(r.code == 0);
     CHECK(r.out.find("interleaved") != std::string::npos);
-    const json rows = json::parse(rtattn::test::read_file(out));
+    const json doc = json::parse(rtattn::test::read_file(out));
+    CHECK(doc["schema_version"].is_number());
+    const json& rows = doc["results"];
     REQUIRE(rows.size() == 4);  // 2 head dims x causal and not
     std::set<std::pair<int, bool>> seen;
     for (const auto& row : rows) {
@@ -233,112 +251,100 @@ TEST_CASE("rtattn precompile --cache-only passes once everything is cached", "[c
     CHECK(j["failed"] == 0);
 }
 
-// ---- manifest expansion, in-process ---------------------------------------------------------------------------
-
-TEST_CASE("manifest entries expand to the cartesian product, deduplicated", "[manifest]") {
-    const TempDir dir("rtattn-manifest");
-    const std::string path = (dir.path() / "m.json").string();
-    std::ofstream(path) << R"({"name": "m", "description": "test", "configs": [
-        {"model": "A", "head_dim": [64, 128], "dtype": ["bf16", "fp16"], "causal": "both",
-         "arch": ["sm_80", "sm_90a"], "num_heads_q": 32, "num_heads_kv": 8},
-        {"model": "A again", "head_dim": 64, "head_dim_v": 64, "num_heads_q": 32, "num_heads_kv": 8,
-         "arch": "sm_80"}]})";
-    const auto m = rtattn::tool::load_manifest(path);
-    CHECK(m.name == "m");
-    CHECK(m.description == "test");
-    REQUIRE(m.configs.size() == 16);  // the second entry repeats one of the first's configs
-    CHECK(m.configs[0].head_dim_qk == 64);  // earlier fields vary slowest
-    CHECK(m.configs.back().head_dim_qk == 128);
-    for (const auto& c : m.configs) CHECK(c.num_heads_kv == 8);
-
-    SECTION("--arch overrides the entries' archs") {
-        const auto hopper = rtattn::tool::load_manifest(path, {{"sm_90a"}});
-        CHECK(hopper.configs.size() == 8);
-        for (const auto& c : hopper.configs) CHECK(c.arch == "sm_90a");
+TEST_CASE("rtattn render --out-dir writes files nvcc compiles as they are", "[cli]") {
+    const Cli cli;
+    const fs::path dir = cli.scratch.path() / "src";
+    const Result r = cli("render --head-dim 132 --arch sm_90a --out-dir '" + dir.string() + "'");
+    REQUIRE(r.code == 0);
+    const fs::path stub = dir / "rtattn_fwd_d132x132_bf16_sm_90a.cu";
+    REQUIRE(fs::exists(stub));
+    CHECK(fs::exists(dir / "fwd" / "sm90_ws.cuh"));
+    CHECK(fs::exists(dir / "common" / "geometry.h"));
+    if (std::string(RTATTN_NVCC).empty() || !fs::exists(RTATTN_NVCC)) {
+        WARN("SKIPPED: no nvcc to compile the written files with");
+        return;
+    }
+    for (const char* arch : {"sm_90a", "sm_80"}) {
+        const fs::path sub = cli.scratch.path() / arch;
+        REQUIRE(cli(std::string("render --head-dim 100 --causal true --arch ") + arch + " --out-dir '" + sub.string() +
+                    "'")
+                    .code == 0);
+        std::string log;
+        const std::string cmd = std::string("'") + RTATTN_NVCC + "' -std=c++17 -arch=" + arch + " -cubin -I '" +
+                                sub.string() + "' -o '" + (sub / "out.cubin").string() + "' '" +
+                                (sub / (std::string("rtattn_fwd_d100x100_bf16_causal_") + arch + ".cu")).string() + "'";
+        INFO(cmd << "\n" << log);
+        CHECK(rtattn::test::run_command(cmd, &log) == 0);
+        CHECK(fs::file_size(sub / "out.cubin") > 1000);
     }
 }
 
-TEST_CASE("manifest errors name the file, the entry and the field", "[manifest]") {
-    const TempDir dir("rtattn-manifest");
-    const auto expect_error = [&](const std::string& text, const std::string& field, const std::string& where) {
-        const std::string path = (dir.path() / "e.json").string();
-        std::ofstream(path) << text;
-        try {
-            rtattn::tool::load_manifest(path);
-            FAIL("no error for " << text);
-        } catch (const rtattn::ConfigError& e) {
-            INFO(e.what());
-            CHECK(e.field() == field);
-            CHECK(std::string(e.what()).find("e.json") != std::string::npos);
-            CHECK(std::string(e.what()).find(where) != std::string::npos);
+TEST_CASE("rtattn prune --dry-run lists what would go and removes nothing; --json", "[cli]") {
+    const Cli cli;
+    REQUIRE(cli("precompile --head-dim 64 --dtype bf16 --causal both --arch sm_80").code == 0);
+    const Result dry = cli("prune --max-size 0 --dry-run");
+    CHECK(dry.code == 0);
+    CHECK(dry.out.find("would remove 2 entries") != std::string::npos);
+    CHECK(cli.json_of("ls --json")["entries"].size() == 2);
+    const json j = cli.json_of("prune --max-size 0 --dry-run --json");
+    CHECK(j["dry_run"] == true);
+    CHECK(j["removed"] == 2);
+    CHECK(j["paths"].size() == 2);
+    CHECK(cli.json_of("ls --json")["entries"].size() == 2);
+    const json done = cli.json_of("prune --older-than 0 --json");
+    CHECK(done["removed"] == 2);
+    CHECK(done["bytes_left"] == 0);
+    CHECK(cli.json_of("ls --json")["entries"].empty());
+}
+
+TEST_CASE("rtattn ls sorts by config and filters by arch and head dim", "[cli]") {
+    const Cli cli;
+    REQUIRE(cli("precompile --head-dim 96,64 --dtype bf16 --causal false --arch sm_90a,sm_80").code == 0);
+    const json all = cli.json_of("ls --json");
+    REQUIRE(all["entries"].size() == 4);
+    std::vector<std::pair<int, std::string>> order;
+    for (const auto& e : all["entries"]) order.emplace_back(e["config"]["head_dim_qk"], e["arch"]);
+    CHECK(order == std::vector<std::pair<int, std::string>>{{64, "sm_80"}, {64, "sm_90a"}, {96, "sm_80"}, {96, "sm_90a"}});
+    const json hopper = cli.json_of("ls --json --arch sm_90a");
+    CHECK(hopper["entries"].size() == 2);
+    for (const auto& e : hopper["entries"]) CHECK(e["arch"] == "sm_90a");
+    const json d96 = cli.json_of("ls --json --head-dim 96 --arch sm_80");
+    REQUIRE(d96["entries"].size() == 1);
+    CHECK(d96["entries"][0]["config"]["head_dim_qk"] == 96);
+    CHECK(cli("ls --arch sm_80").out.find("2 entries (of 4)") != std::string::npos);
+}
+
+TEST_CASE("JSON outputs carry a schema version and null for unknown figures", "[cli]") {
+    const Cli cli;
+    REQUIRE(cli("precompile --head-dim 64 --arch sm_80 --causal false --dtype bf16").code == 0);
+    for (const char* cmd : {"ls --json", "verify --json", "info --json", "prune --max-size 1G --json",
+                            "precompile --head-dim 64 --arch sm_80 --causal false --dtype bf16 --json"})
+        CHECK(cli.json_of(cmd)["schema_version"].is_number());
+    // An entry whose info has no ptxas figures: null, not -1.
+    const json entry = cli.json_of("ls --json")["entries"][0];
+    CHECK((entry["registers"].is_null() || entry["registers"].get<int>() > 0));
+    rtattn::cache::Entry bare{std::string(64, 'a'), "sm_80", "cubin", R"({"config":{"head_dim":64}})"};
+    const std::string dir = cli.json_of("ls --json")["dir"];
+    fs::create_directories(dir + "/aa");
+    std::ofstream(dir + "/aa/" + bare.key + ".rtc", std::ios::binary) << rtattn::cache::encode_entry(bare);
+    for (const auto& e : cli.json_of("ls --json")["entries"])
+        if (e["key"] == bare.key) {
+            CHECK(e["registers"].is_null());
+            CHECK(e["spill_bytes"].is_null());
+            CHECK(e["compile_seconds"].is_null());
         }
-    };
-    expect_error(R"({"configs": [{"head_dim": 64, "arch": "sm_80"}, {"head_dim": 300, "arch": "sm_80"}]})",
-                 "head_dim", "configs[1]");
-    expect_error(R"({"configs": [{"head_dim": 64, "arch": "sm_80", "colour": "red"}]})", "colour", "configs[0]");
-    expect_error(R"({"configs": [{"head_dim": 64, "causal": "sometimes", "arch": "sm_80"}]})", "causal",
-                 "configs[0]");
-    expect_error(R"({"configs": [{"head_dim": [], "arch": "sm_80"}]})", "head_dim", "configs[0]");
-    expect_error(R"({"configs": [{"model": 7, "head_dim": 64}]})", "model", "configs[0]");
-    expect_error(R"({"configs": {}})", "configs", "e.json");
-    expect_error(R"({"configs": [], "nmae": "x"})", "nmae", "e.json");
-    expect_error("{not json", "manifest", "e.json");
 }
 
-TEST_CASE("config flags expand like a manifest entry and errors name the flag", "[manifest]") {
-    rtattn::tool::ConfigFlags f;
-    f.head_dims = {64, 80, 128, 132};
-    f.dtypes = {"bf16", "fp16"};
-    f.causal = "both";
-    f.archs = {"sm_80", "sm_90a"};
-    CHECK(rtattn::tool::expand_flags(f).size() == 32);
-
-    f.dtypes = {"fp8"};
-    try {
-        rtattn::tool::expand_flags(f);
-        FAIL("fp8 accepted");
-    } catch (const rtattn::ConfigError& e) {
-        CHECK(e.field() == "dtype");
-        CHECK(std::string(e.what()).find("--dtype") != std::string::npos);
-    }
-}
-
-TEST_CASE("the default manifest covers the common models for both dtypes, masks and archs", "[manifest]") {
-    const std::string path = std::string(RTATTN_SOURCE_DIR) + "/cache/default.json";
-    const auto m = rtattn::tool::load_manifest(path);
-    std::set<int> dims;
-    std::set<std::string> dtypes, archs;
-    std::set<bool> causal;
-    for (const auto& c : m.configs) {
-        dims.insert(c.head_dim_qk);
-        dtypes.insert(rtattn::to_string(c.dtype));
-        archs.insert(c.arch);
-        causal.insert(c.causal);
-    }
-    CHECK(dims == std::set<int>{64, 80, 96, 128, 132, 256});
-    CHECK(dtypes == std::set<std::string>{"bf16", "fp16"});
-    CHECK(archs == std::set<std::string>{"sm_80", "sm_90a"});
-    CHECK(causal.size() == 2);
-    CHECK(rtattn::tool::find_manifest("default").size() > 0);
-}
-
-TEST_CASE("a 64k-config manifest is read in linear time", "[manifest]") {
-    // Deduplication used to compare every config with every earlier one: 16k configs took 10 s and 64k 125 s on a
-    // 2-core machine before anything printed. A hash set reads 64k in about a second there; the bound leaves room
-    // for a slow machine and still fails the quadratic reader by far.
-    const TempDir dir("rtattn-manifest");
-    const std::string path = (dir.path() / "big.json").string();
-    {
-        std::ofstream out(path);
-        out << R"({"name": "big", "configs": [)";
-        for (int h = 1; h <= 65536; ++h)
-            out << (h > 1 ? "," : "") << R"({"head_dim": 64, "num_heads_q": )" << h
-                << R"(, "num_heads_kv": 1, "arch": "sm_80"})";
-        out << "]}";
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto m = rtattn::tool::load_manifest(path);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    CHECK(m.configs.size() == 65536);
-    CHECK(seconds < 30);
+TEST_CASE("precompile's ETA counts compile work left, not configs", "[cli]") {
+    const Cli cli;
+    REQUIRE(cli("precompile --head-dim 64 --arch sm_80 --causal false --dtype bf16").code == 0);
+    // One cached, one to compile, one at a time: after the cached one, a compile is still ahead and none has been
+    // timed, so the ETA is unknown (counting the cache hit, it would have read "0.00s").
+    const Result r = cli("precompile --head-dim 64,80 --arch sm_80 --causal false --dtype bf16 -j 1");
+    REQUIRE(r.code == 0);
+    CHECK(r.err.find("[1/2] 0 failed") != std::string::npos);
+    CHECK(r.err.find("ETA ?  cached d64") != std::string::npos);
+    CHECK(r.err.find("ETA 0s  compiled d80") != std::string::npos);
+    for (std::size_t at = 0, end; (end = r.err.find('\n', at)) != std::string::npos; at = end + 1)
+        CHECK(end - at <= 80);  // each progress line fits an 80-column terminal
 }

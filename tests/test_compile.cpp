@@ -8,6 +8,8 @@
 
 #include "catch.hpp"
 #include "compile/compile.hpp"
+#include "kernels/forward.hpp"
+#include "plan/plan.hpp"
 #include "rtattn/errors.hpp"
 
 using rtattn::AttentionConfig;
@@ -20,7 +22,7 @@ rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool 
     c.arch = arch;
     c.dtype = dt;
     c.causal = causal;
-    return rtattn::compile::compile(rtattn::render::render(rtattn::plan::plan(c)), arch);
+    return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
 }
 }  // namespace
 
@@ -55,7 +57,7 @@ TEST_CASE("odd and mixed head dims compile too", "[compile][nvrtc]") {
 TEST_CASE("an NVRTC failure carries log, options and source", "[compile]") {
     AttentionConfig c;
     c.arch = "sm_80";
-    auto src = rtattn::render::render(rtattn::plan::plan(c));
+    auto src = rtattn::kernels::render_plan(rtattn::plan::plan(c));
     src.stub += "\nthis is not CUDA;\n";
     try {
         rtattn::compile::compile(src, "sm_80");

@@ -2,12 +2,15 @@
 #include <cstdlib>
 #include <string>
 
+#include "arch/arch.hpp"
 #include "catch.hpp"
+#include "common/geometry.h"
+#include "kernels/forward.hpp"
 #include "plan/plan.hpp"
 #include "rtattn/errors.hpp"
 
 using rtattn::AttentionConfig;
-using rtattn::plan::plan;
+using rtattn::plan::KernelPlan;
 
 namespace {
 AttentionConfig cfg(int d, const char* arch, int dv = 0) {
@@ -17,6 +20,10 @@ AttentionConfig cfg(int d, const char* arch, int dv = 0) {
     c.arch = arch;
     return c;
 }
+// Plans with a tile override ("" = the table's choice).
+KernelPlan plan(const AttentionConfig& c, const std::string& tile = "") { return rtattn::plan::plan(c, {tile}); }
+bool hopper(const KernelPlan& p) { return p.family != &rtattn::kernels::fwd_mma(); }
+bool producer(const KernelPlan& p) { return p.family == &rtattn::kernels::fwd_sm90_ws(); }
 }  // namespace
 
 TEST_CASE("head dims pad to the MMA shape, not to a bucket", "[plan]") {
@@ -35,32 +42,41 @@ TEST_CASE("head dims pad to the MMA shape, not to a bucket", "[plan]") {
         const auto p = plan(cfg(d, "sm_90a"));
         CHECK(p.pad_qk == (d + 15) / 16 * 16);
         CHECK(p.pad_v == (d + p.pv_step - 1) / p.pv_step * p.pv_step);
-        CHECK((p.pv_step == 8 || (p.pv_step == 16 && p.wgmma)));
+        CHECK((p.pv_step == 8 || (p.pv_step == 16 && hopper(p))));
     }
     CHECK(plan(cfg(120, "sm_90a")).pad_v == 128);
     CHECK(plan(cfg(132, "sm_90a")).pad_v == 136);
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,16", 1);
-    CHECK(plan(cfg(132, "sm_90a")).pad_v == 144);
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,12", 1);
-    CHECK_THROWS_AS(plan(cfg(132, "sm_90a")), rtattn::ConfigError);
+    CHECK(plan(cfg(132, "sm_90a"), "128,128,8,1,2,0,2,1,16").pad_v == 144);
+    CHECK_THROWS_AS(plan(cfg(132, "sm_90a"), "128,128,8,1,2,0,2,1,12"), rtattn::ConfigError);
     for (const char* bad : {"128,128,8,1,2,0,2,1,8,2", "128,128,8,1,2,0,2,5", "128,128,8,1,2,3,2"}) {
         CAPTURE(bad);
-        setenv("RTATTN_TILE", bad, 1);
-        CHECK_THROWS_AS(plan(cfg(132, "sm_90a")), rtattn::ConfigError);  // flags are 0 or 1, nothing else
+        CHECK_THROWS_AS(plan(cfg(132, "sm_90a"), bad), rtattn::ConfigError);  // flags are 0 or 1, nothing else
     }
-    unsetenv("RTATTN_TILE");
+    // Whole numbers only, nothing after the last field, nothing that overflows: never a silent default.
+    for (const char* bad : {"128,128,8,1,2,0,2,1,8,1garbage", "99999999999,128,8,1,2,0", "128,128,8,1,2,0,", "",
+                            "128,128,8,1,2", "128,128,8,1,2,0,2,1,8,1,1"}) {
+        CAPTURE(bad);
+        if (*bad) CHECK_THROWS_AS(plan(cfg(128, "sm_90a"), bad), rtattn::ConfigError);
+    }
+    try {
+        rtattn::plan::plan(cfg(128, "sm_90a"), {"99999999999,128,8,1,2,0", "RTATTN_TILE"});
+        FAIL("no error");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "RTATTN_TILE");  // errors name where the override came from
+        CHECK(std::string(e.what()).find("'99999999999'") != std::string::npos);
+    }
 }
 
 TEST_CASE("every head dim plans on every arch within its shared memory", "[plan]") {
     for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
-        const int limit = rtattn::plan::arch_info(arch).smem_optin;
+        const int limit = rtattn::arch::get(arch).smem_optin;
         for (int d = 1; d <= 256; ++d) {
             CAPTURE(arch, d);
             const auto p = plan(cfg(d, arch));
             CHECK(p.smem_bytes <= limit);
-            CHECK(p.smem_bytes == rtattn::plan::smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wgmma,
-                                                                   p.producer(), p.wide_v));
-            if (p.wgmma) CHECK(std::string(arch) == "sm_90a");
+            CHECK(p.smem_bytes == p.family->smem_bytes(p));
+            if (hopper(p)) CHECK(std::string(arch) == "sm_90a");
+            CHECK(p.family->runs_on(rtattn::arch::get(arch)));
             CHECK(p.block_m == p.warps * p.m_tiles * 16);
             CHECK(p.block_n % 16 == 0);
             CHECK(p.head_dim_qk % p.vec_qk == 0);
@@ -81,29 +97,21 @@ TEST_CASE("swizzled wgmma tiles keep every K/V tile on a 1024-byte swizzle atom"
             CHECK(p.block_m * p.pad_qk * 2 % 1024 == 0);
         }
     // 96-key tiles of d_v 152 would end mid-atom: the plan narrows the key tile rather than mis-address wgmma.
-    setenv("RTATTN_TILE", "128,96,8,1,2,0,2,1,8,0", 1);
-    const auto p = plan(cfg(145, "sm_90a"));
-    unsetenv("RTATTN_TILE");
+    const auto p = plan(cfg(145, "sm_90a"), "128,96,8,1,2,0,2,1,8,0");
     CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
     CHECK(p.block_n < 96);
 }
 
 TEST_CASE("the warp-specialized kernel adds a producer warpgroup and its barriers", "[plan]") {
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,2", 1);
-    const auto ws = plan(cfg(128, "sm_90a"));
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,0", 1);
-    const auto coop = plan(cfg(128, "sm_90a"));
-    unsetenv("RTATTN_TILE");
-    CHECK(ws.producer());
-    CHECK(!coop.producer());
+    const auto ws = plan(cfg(128, "sm_90a"), "128,128,8,1,2,0,2");
+    const auto coop = plan(cfg(128, "sm_90a"), "128,128,8,1,2,0,0");
+    CHECK(producer(ws));
+    CHECK(!producer(coop));
     CHECK(ws.threads() == coop.threads() + 128);
     CHECK(ws.smem_bytes == coop.smem_bytes + 4 * 2 * 8);  // K/V full/empty barriers per stage
     CHECK(ws.kernel().find("ping-pong") != std::string::npos);
-    setenv("RTATTN_TILE", "128,128,8,1,1,0,2", 1);
-    CHECK_THROWS_AS(plan(cfg(128, "sm_90a")), rtattn::ConfigError);  // the overlapped schedule needs 2 stages
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,2", 1);
-    CHECK(!plan(cfg(128, "sm_80")).producer());  // an mma.sync plan ignores the schedule field
-    unsetenv("RTATTN_TILE");
+    CHECK_THROWS_AS(plan(cfg(128, "sm_90a"), "128,128,8,1,1,0,2"), rtattn::ConfigError);  // the overlap needs 2 stages
+    CHECK(!producer(plan(cfg(128, "sm_80"), "128,128,8,1,2,0,2")));  // an mma.sync plan ignores the schedule field
 }
 
 TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the tail panel fits", "[plan]") {
@@ -113,7 +121,7 @@ TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the t
         if (!p.split_rows) continue;
         // The 4 cp.async columns start the tile's last panel (16 wide for K, 8 for V), the TMA part is 64/32 panels.
         CHECK(d % 32 == 4);
-        CHECK(p.producer());
+        CHECK(producer(p));
         CHECK(p.swizzle);
         CHECK(p.pad_qk == d - 4 + 16);
         CHECK((p.pad_v == d - 4 + 8 || p.pad_v == d - 4 + 16));
@@ -127,9 +135,7 @@ TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the t
     CHECK(!plan(cfg(132, "sm_90a", 128)).split_rows);  // d_v 128: TMA takes whole V rows, not split ones
     CHECK(!plan(cfg(116, "sm_90a")).split_rows);       // 112 TMA columns would end inside a 64-wide panel
     CHECK(!plan(cfg(128, "sm_90a")).split_rows);
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,0", 1);  // a cooperative plan has no producer to split rows
-    CHECK(!plan(cfg(132, "sm_90a")).split_rows);
-    unsetenv("RTATTN_TILE");
+    CHECK(!plan(cfg(132, "sm_90a"), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
 }
 
 TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in an 8-wide one", "[plan]") {
@@ -137,7 +143,7 @@ TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in 
         CAPTURE(d);
         const auto p = plan(cfg(d, "sm_90a"));
         if (!p.wide_v) continue;
-        CHECK(p.producer());
+        CHECK(producer(p));
         CHECK(p.swizzle);
         CHECK(p.pad_v % 16 == 8);  // only where per-width panels would end in an 8-wide one
         if (p.split_rows) CHECK((d - 4) % 64 == 0);
@@ -146,18 +152,15 @@ TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in 
     const auto d132 = plan(cfg(132, "sm_90a"));
     CHECK(d132.wide_v);
     CHECK(d132.smem_bytes ==
-          rtattn::plan::smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, true, true, false) +
+          rtattn::geometry::fwd_sm90_ws_smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, false) +
               2 * d132.stages * d132.block_n * (192 - 136));
     CHECK(!plan(cfg(100, "sm_90a")).wide_v);  // split rows whose TMA part (96) ends inside a 64-column panel
     CHECK(!plan(cfg(128, "sm_90a")).wide_v);  // one 128-wide instruction already
     CHECK(!plan(cfg(96, "sm_90a")).wide_v);   // 64 + 32: timed no faster as one instruction
     CHECK(plan(cfg(136, "sm_90a")).wide_v);
     CHECK(!plan(cfg(132, "sm_80")).wide_v);
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,2,1,8,0", 1);
-    CHECK(!plan(cfg(132, "sm_90a")).wide_v);
-    setenv("RTATTN_TILE", "128,128,8,1,2,0,0,1,8,1", 1);  // the cooperative kernel keeps per-width panels
-    CHECK(!plan(cfg(136, "sm_90a")).wide_v);
-    unsetenv("RTATTN_TILE");
+    CHECK(!plan(cfg(132, "sm_90a"), "128,128,8,1,2,0,2,1,8,0").wide_v);
+    CHECK(!plan(cfg(136, "sm_90a"), "128,128,8,1,2,0,0,1,8,1").wide_v);  // the cooperative kernel: per-width panels
 }
 
 TEST_CASE("smaller shared memory steps the plan down and says so", "[plan]") {

@@ -1,9 +1,12 @@
 // Rendering is deterministic, hashes what matters, and honours RTATTN_TEMPLATE_DIR.
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <set>
 
-#include "api/runtime_internal.hpp"
+#include "api/resolver.hpp"
 #include "catch.hpp"
+#include "kernels/forward.hpp"
 #include "render/render.hpp"
 #include "rtattn/errors.hpp"
 #include "testutil.hpp"
@@ -16,7 +19,7 @@ rtattn::render::RenderedSource render_for(int d, bool causal, const char* arch) 
     c.head_dim_qk = d;
     c.causal = causal;
     c.arch = arch;
-    return rtattn::render::render(rtattn::plan::plan(c));
+    return rtattn::kernels::render_plan(rtattn::plan::plan(c));
 }
 }  // namespace
 
@@ -40,15 +43,48 @@ TEST_CASE("the stub carries the plan as traits", "[render]") {
     for (const auto& h : *r.headers) CHECK(h.text.find("#include <") == std::string::npos);
 }
 
-TEST_CASE("a wide-V plan's PV instruction wrapper is written into the stub", "[render]") {
-    const auto wide = render_for(132, false, "sm_90a");  // V padded to 136: not among the header's widths
+namespace {
+// The wgmma widths whose wrapper a stub defines, as "ss64" / "rs136".
+std::set<std::string> wgmma_forms(const std::string& stub) {
+    std::set<std::string> out;
+    std::size_t at = 0;
+    while ((at = stub.find("wgmma.mma_async.sync.aligned.m64n", at)) != std::string::npos) {
+        at += 33;
+        const int n = std::atoi(stub.c_str() + at);
+        const std::size_t end = stub.find('\n', at);
+        const bool rs = stub.substr(at, end - at).find("}, {%") != std::string::npos;  // A from registers
+        out.insert((rs ? "rs" : "ss") + std::to_string(n));
+    }
+    return out;
+}
+}  // namespace
+
+TEST_CASE("the stub defines the wgmma wrappers for exactly the widths its plan issues", "[render]") {
+    // d132: QK^T over 128-key tiles, one wide PV instruction of n = 136.
+    const auto wide = render_for(132, false, "sm_90a");
     CHECK(wide.stub.find("kWideV = true;") != std::string::npos);
-    CHECK(wide.stub.find("wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16") != std::string::npos);
+    CHECK(wgmma_forms(wide.stub) == std::set<std::string>{"ss128", "rs136"});
     CHECK(wide.stub.find("\"+f\"(d[67])") != std::string::npos);
     CHECK(wide.stub.find("\"+f\"(d[68])") == std::string::npos);
-    const auto narrow = render_for(128, false, "sm_90a");
-    CHECK(narrow.stub.find("kWideV = false;") != std::string::npos);
-    CHECK(narrow.stub.find("wgmma.mma_async") == std::string::npos);
+    // d128 (V padded to 128): one 128-wide chunk each.
+    CHECK(wgmma_forms(render_for(128, false, "sm_90a").stub) == std::set<std::string>{"ss128", "rs128"});
+    // d100 (split rows, V padded to 104 = 64 + 32 + 8) and d256 (64-key tiles, V in two 128-wide chunks).
+    CHECK(wgmma_forms(render_for(100, false, "sm_90a").stub) == std::set<std::string>{"ss128", "rs64", "rs32", "rs8"});
+    CHECK(wgmma_forms(render_for(256, false, "sm_90a").stub) == std::set<std::string>{"ss64", "rs128"});
+    // mma.sync plans issue none.
+    CHECK(wgmma_forms(render_for(128, false, "sm_80").stub).empty());
+}
+
+TEST_CASE("each family emits its own traits, not the union of all", "[render]") {
+    const auto mma = render_for(128, false, "sm_80").stub;
+    CHECK(mma.find("kMTiles") != std::string::npos);
+    CHECK(mma.find("kSwizzle") == std::string::npos);
+    CHECK(mma.find("kSplitRows") == std::string::npos);
+    const auto ws = render_for(128, false, "sm_90a").stub;
+    CHECK(ws.find("kSplitRows") != std::string::npos);
+    CHECK(ws.find("kMTiles") == std::string::npos);
+    CHECK(ws.find("kQInRegs") == std::string::npos);
+    CHECK(ws.find("\"family\":\"fwd_sm90_ws\"") != std::string::npos);  // the plan, in the stub's comment
 }
 
 TEST_CASE("different configs and arches give different keys", "[render]") {
@@ -61,8 +97,9 @@ TEST_CASE("different configs and arches give different keys", "[render]") {
 TEST_CASE("RTATTN_TEMPLATE_DIR replaces the embedded templates and changes the key", "[render]") {
     rtattn::test::TempDir dir;
     for (const auto& t : rtattn::render::embedded_templates()) {
+        std::filesystem::create_directories((dir.path() / t.name).parent_path());
         std::ofstream out(dir.path() / t.name, std::ios::binary);
-        out << t.text << (t.name == "rtattn_fwd.cuh" ? "\n// edited\n" : "");
+        out << t.text << (t.name == "fwd/mma.cuh" ? "\n// edited\n" : "");
     }
     const auto before = rtattn::cache_key(render_for(64, false, "sm_80"), "sm_80");
     setenv("RTATTN_TEMPLATE_DIR", dir.str().c_str(), 1);

@@ -33,6 +33,10 @@ struct RuntimeOptions {
     // How long to wait for another process that is building the same kernel (0..86400); past it the kernel is
     // built into memory and not stored, so an entry never has two writers.
     double lock_timeout_seconds = 60;
+    // Replaces the plan table's tile choice, "block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle
+    // [,pv_step[,wide_v]]]]": a tuning knob (tools/bench/tile_sweep.sh). Empty: RTATTN_TILE, read once here, else
+    // the table. The choice is part of the rendered source, so it gets its own cache entries.
+    std::string tile_override;
 };
 
 struct CacheStats {
@@ -125,6 +129,7 @@ public:
     const RuntimeOptions& options() const;
 
     struct Impl;
+    Impl& impl() { return *impl_; }  // library-internal (the CLI and tests reach the resolver through it)
 private:
     std::unique_ptr<Impl> impl_;
 };

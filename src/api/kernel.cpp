@@ -6,9 +6,8 @@
 #include <cstdint>
 
 #include "api/kernel_impl.hpp"
-#include "api/tma.hpp"
+#include "kernels/forward.hpp"
 #include "rtattn/errors.hpp"
-#include "rtattn_params.h"
 
 namespace rtattn {
 
@@ -81,38 +80,7 @@ void Kernel::forward(const ForwardArgs& a, void* stream) const {
     if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
     const Impl& k = *impl_;
     validate_forward_args(k.plan, k.config, a);
-
-    FwdParams prm{};
-    prm.q = a.q.ptr;
-    prm.k = a.k.ptr;
-    prm.v = a.v.ptr;
-    prm.o = const_cast<void*>(a.o.ptr);
-    prm.lse = a.lse;
-    prm.q_batch_stride = a.q.batch_stride, prm.q_seq_stride = a.q.seq_stride, prm.q_head_stride = a.q.head_stride;
-    prm.k_batch_stride = a.k.batch_stride, prm.k_seq_stride = a.k.seq_stride, prm.k_head_stride = a.k.head_stride;
-    prm.v_batch_stride = a.v.batch_stride, prm.v_seq_stride = a.v.seq_stride, prm.v_head_stride = a.v.head_stride;
-    prm.o_batch_stride = a.o.batch_stride, prm.o_seq_stride = a.o.seq_stride, prm.o_head_stride = a.o.head_stride;
-    prm.seqlen_q = a.seqlen_q;
-    prm.seqlen_k = a.seqlen_k;
-    prm.heads_q = k.config.num_heads_q;
-    prm.q_per_kv = k.config.num_heads_q / k.config.num_heads_kv;
-    prm.scale = float(k.config.scale());
-    prm.scale_log2 = float(k.config.scale() * 1.4426950408889634);
-
-    // The warp-specialized kernel takes the common block plus tensor maps for its TMA loads.
-    FwdParamsTma prm_tma{};
-    void* params[] = {&prm};
-    if (k.plan.producer()) {
-        prm_tma.p = prm;
-        encode_kv_maps(k.plan, a, k.config.num_heads_kv, prm_tma);
-        params[0] = &prm_tma;
-    }
-    const unsigned grid_x = unsigned((a.seqlen_q + k.plan.block_m - 1) / k.plan.block_m);
-    driver::check(driver::api().cuLaunchKernel(k.module->function, grid_x, unsigned(k.config.num_heads_q),
-                                               unsigned(a.batch), unsigned(k.plan.threads()), 1, 1,
-                                               unsigned(k.plan.smem_bytes), static_cast<CUstream>(stream), params,
-                                               nullptr),
-                  "cuLaunchKernel");
+    k.plan.family->launch({k.plan, k.config, a, *k.module, stream});
 }
 
 const AttentionConfig& Kernel::config() const {

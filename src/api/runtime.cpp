@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -10,9 +11,12 @@
 #include <thread>
 
 #include "api/kernel_impl.hpp"
+#include "api/resolver.hpp"
 #include "api/runtime_internal.hpp"
+#include "arch/arch.hpp"
 #include "cache/cache.hpp"
 #include "compile/compile.hpp"
+#include "kernels/forward.hpp"
 #include "render/render.hpp"
 #include "rtattn/errors.hpp"
 #include "util/sha256.hpp"
@@ -21,42 +25,8 @@ namespace rtattn {
 
 const char* version() noexcept { return RTATTN_VERSION; }
 
-std::string cache_key(const render::RenderedSource& src, const std::string& arch) {
-    // Everything that can change the cubin: the exact source, options, compiler, target, library and format.
-    util::Sha256 h;
-    h.field("rtattn-cache-key")
-        .field(src.full_text())
-        .field(compile::join_options(compile::options_for(arch)))
-        .field(compile::nvrtc_version())
-        .field(arch)
-        .field(RTATTN_VERSION)
-        .field(std::to_string(cache::kFormatVersion));
-    return util::to_hex(h.finish());
-}
-
-std::string plan_json(const plan::KernelPlan& p) {
-    nlohmann::ordered_json j;
-    j["kernel"] = p.kernel();
-    j["pad_qk"] = p.pad_qk;
-    j["pad_v"] = p.pad_v;
-    j["block_m"] = p.block_m;
-    j["block_n"] = p.block_n;
-    j["warps"] = p.warps;
-    j["m_tiles"] = p.m_tiles;
-    j["stages"] = p.stages;
-    j["q_in_regs"] = p.q_in_regs;
-    j["threads"] = p.threads();
-    j["smem_bytes"] = p.smem_bytes;
-    j["useful_flop_fraction"] = p.useful_flop_fraction();
-    j["reason"] = p.reason;
-    return j.dump();
-}
-
-bool arch_runs_on(const std::string& arch, const driver::DeviceInfo& dev) {
-    const auto& ai = plan::arch_info(arch);
-    const int major = ai.sm / 10, minor = ai.sm % 10;
-    if (arch.back() == 'a') return dev.cc_major == major && dev.cc_minor == minor;  // arch-specific features
-    return dev.cc_major == major && dev.cc_minor >= minor;  // SASS runs on later minors of the same major
+bool arch_runs_on(const std::string& name, const driver::DeviceInfo& dev) {
+    return arch::runs_on(arch::get(name), dev.cc_major, dev.cc_minor);
 }
 
 namespace {
@@ -89,6 +59,7 @@ cache::DiskOptions disk_options(const RuntimeOptions& o) {
 
 struct Runtime::Impl {
     RuntimeOptions options;
+    Resolver resolver;
     util::Logger log;
     cache::KernelCache cache;
     std::counting_semaphore<64> compile_slots;
@@ -97,54 +68,12 @@ struct Runtime::Impl {
     std::mutex modules_mu;
     std::map<std::pair<CUcontext, std::string>, std::shared_ptr<driver::Module>> modules;
 
-    explicit Impl(RuntimeOptions o)
-        : options(effective_options(std::move(o))),
+    explicit Impl(const RuntimeOptions& o)
+        : options(effective_options(o)),
+          resolver(plan_options(options)),
           log(options.log_level, options.log_sink),
           cache(options.cache_dir, disk_options(options), log),
           compile_slots(std::min(options.max_concurrent_compiles, 64)) {}
-
-    struct Resolved {
-        AttentionConfig config;
-        plan::KernelPlan plan;
-        render::RenderedSource source;
-        std::string key;
-    };
-
-    // get() on a hot path: plan + render + SHA-256 cost tens of microseconds, so each config resolves once.
-    std::mutex resolved_mu;
-    std::map<std::string, std::shared_ptr<const Resolved>> resolved;
-
-    std::shared_ptr<const Resolved> resolve(AttentionConfig c) {
-        c.validate();
-        if (c.arch.empty() && driver::gpu_available()) c.arch = driver::current_device().arch();
-        const std::string memo_key = c.to_json();
-        {
-            std::lock_guard<std::mutex> lock(resolved_mu);
-            if (auto it = resolved.find(memo_key); it != resolved.end()) return it->second;
-        }
-        auto r = std::make_shared<const Resolved>(resolve_uncached(std::move(c)));
-        std::lock_guard<std::mutex> lock(resolved_mu);
-        return resolved.emplace(memo_key, std::move(r)).first->second;
-    }
-
-    Resolved resolve_uncached(AttentionConfig c) {
-        if (c.arch.empty()) {
-            if (!driver::gpu_available())
-                throw ConfigError("arch", "is empty (meaning: the current device), but no GPU is available; give an "
-                                          "explicit arch (" + known_archs() + ") to precompile without one");
-            const auto dev = driver::current_device();
-            c.arch = dev.arch();
-            if (!is_known_arch(c.arch))
-                throw ConfigError("arch", fmt::format("device {} is {}, which rtattn does not support; supported: {}",
-                                                      dev.name, c.arch, known_archs()));
-        }
-        Resolved r;
-        r.plan = plan::plan(c);
-        r.source = render::render(r.plan);
-        r.key = cache_key(r.source, c.arch);
-        r.config = std::move(c);
-        return r;
-    }
 
     cache::KernelCache::Lookup fetch(const Resolved& r) {
         cache::KernelCache::Builder build;
@@ -166,7 +95,7 @@ struct Runtime::Impl {
                                          out.ptxas.spill_store_bytes));
                 nlohmann::ordered_json info;
                 info["config"] = nlohmann::json::parse(r.config.to_json());
-                info["plan"] = nlohmann::json::parse(plan_json(r.plan));
+                info["plan"] = nlohmann::json::parse(plan::plan_json(r.plan));
                 info["registers"] = out.ptxas.registers;
                 info["spill_bytes"] = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
                 info["compile_seconds"] = out.seconds;
@@ -194,13 +123,17 @@ struct Runtime::Impl {
     }
 };
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
+
+std::shared_ptr<const Resolved> resolve(Runtime& rt, const AttentionConfig& config) {
+    return rt.impl().resolver.resolve(config);
+}
 
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 
 KernelInfo Runtime::precompile(const AttentionConfig& config) {
-    const auto r = impl_->resolve(config);
+    const auto r = impl_->resolver.resolve(config);
     const auto got = impl_->fetch(*r);
     if (!got.not_stored.empty())
         throw CacheError(fmt::format("{}: compiled, but not stored in the disk cache at {}: {}. This process serves it "
@@ -210,7 +143,7 @@ KernelInfo Runtime::precompile(const AttentionConfig& config) {
 }
 
 Kernel Runtime::get(const AttentionConfig& config) {
-    const auto r = impl_->resolve(config);
+    const auto r = impl_->resolver.resolve(config);
     const auto dev = driver::current_device();
     if (!arch_runs_on(r->config.arch, dev))
         throw ConfigError("arch", fmt::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
@@ -225,14 +158,14 @@ Kernel Runtime::get(const AttentionConfig& config) {
     {
         std::lock_guard<std::mutex> lock(impl_->modules_mu);
         auto& m = impl_->modules[{dev.context, r->key}];
-        if (!m) m = driver::load(got.entry->cubin, render::kEntryName, r->plan.smem_bytes);
+        if (!m) m = driver::load(got.entry->cubin, r->source.entries, r->plan.smem_bytes);
         impl->module = m;
     }
     impl->info = impl_->make_info(*r, got);
     if (impl->info.registers < 0) {
         // NVRTC omits the ptxas report when the driver's JIT cache served the compile; the loaded function knows.
         int regs = -1;
-        if (driver::api().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, impl->module->function) ==
+        if (driver::api().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, impl->module->functions.at(0)) ==
             CUDA_SUCCESS)
             impl->info.registers = regs;
     }

@@ -1,16 +1,17 @@
-// Pieces of the Runtime that the CLI and tests use directly.
+// Pieces of the Runtime that the CLI, the bench and tests use directly.
 #pragma once
+#include <memory>
 #include <string>
 
+#include "api/resolver.hpp"
 #include "driver/driver.hpp"
-#include "plan/plan.hpp"
-#include "render/render.hpp"
+#include "rtattn/runtime.hpp"
 
 namespace rtattn {
 
-// SHA-256 over the rendered source, NVRTC options and version, arch, library and entry-format versions.
-std::string cache_key(const render::RenderedSource& src, const std::string& arch);
-std::string plan_json(const plan::KernelPlan& p);
+// The Runtime's resolver: what get() and precompile() use (so `precompile` can tell which configs need a compile).
+std::shared_ptr<const Resolved> resolve(Runtime& rt, const AttentionConfig& config);
+
 // Whether a cubin built for `arch` can run on the device.
 bool arch_runs_on(const std::string& arch, const driver::DeviceInfo& dev);
 

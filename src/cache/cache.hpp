@@ -41,8 +41,9 @@ struct VerifyReport {
 };
 
 struct PruneReport {
-    int removed = 0;
+    int removed = 0;  // with dry_run: would be removed
     std::uint64_t bytes_freed = 0;
+    std::vector<std::string> paths;  // the entries removed, oldest first
 };
 
 struct ClearReport {
@@ -112,7 +113,10 @@ public:
 
     std::vector<Listing> list() const;  // every entry name, sound or not, sorted by key
     VerifyReport verify(bool repair);   // list() plus shard names that are not directories; repair removes them
-    PruneReport prune(std::optional<std::uint64_t> max_bytes, std::optional<std::int64_t> older_than_seconds);
+    // Removes entries unused for longer than older_than_seconds, then least recently used ones until at most max_bytes
+    // are left, and lock and temp files nobody holds. dry_run: removes nothing, reports what would go.
+    PruneReport prune(std::optional<std::uint64_t> max_bytes, std::optional<std::int64_t> older_than_seconds,
+                      bool dry_run = false);
     ClearReport clear();  // every entry, and every lock and temp file nobody holds
     std::uint64_t total_bytes() const;
     std::uint64_t evictions() const { return evictions_; }
@@ -147,7 +151,7 @@ private:
     Removal remove_node(const fsys::Dir& vdir, const Node& n, bool only_unheld) const;
     void remove_stale(const fsys::Dir& vdir, const Scan& sc, ClearReport* report) const;
     PruneReport remove_oldest(const fsys::Dir& vdir, std::vector<Node> entries, std::uint64_t cap,
-                              const std::string& keep) const;
+                              const std::string& keep, bool dry_run = false) const;
     void discard_bad(const fsys::Dir& shard, const std::string& name, int fd, const std::string& problem);
     void evict_over_cap(const fsys::Dir& vdir, const std::string& keep_key);
     void require_listable(const char* op) const;

@@ -125,7 +125,7 @@ void DiskCache::remove_stale(const fsys::Dir& vdir, const Scan& sc, ClearReport*
 
 // Removes the least recently used regular entries until their total is at most `cap`, sparing `keep`.
 PruneReport DiskCache::remove_oldest(const fsys::Dir& vdir, std::vector<Node> entries, std::uint64_t cap,
-                                     const std::string& keep) const {
+                                     const std::string& keep, bool dry_run) const {
     PruneReport r;
     std::uint64_t total = 0;
     for (const auto& n : entries) total += std::uint64_t(n.st.st_size);
@@ -136,10 +136,11 @@ PruneReport DiskCache::remove_oldest(const fsys::Dir& vdir, std::vector<Node> en
     for (const auto& n : entries) {
         if (total <= cap) break;
         if (n.name == keep) continue;
-        const Removal how = remove_node(vdir, n, /*only_unheld=*/false);
+        const Removal how = dry_run ? Removal::removed : remove_node(vdir, n, /*only_unheld=*/false);
         if (how == Removal::removed) {
             ++r.removed;
             r.bytes_freed += std::uint64_t(n.st.st_size);
+            r.paths.push_back(vdir.child_path(n.shard + "/" + n.name));
         }
         // Someone else removing it first frees the space just the same.
         if (how == Removal::removed || how == Removal::gone) total -= std::uint64_t(n.st.st_size);
@@ -217,30 +218,27 @@ VerifyReport DiskCache::verify(bool repair) {
     return r;
 }
 
-PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes, std::optional<std::int64_t> older_than_seconds) {
-    require_writable("prune");
+PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes, std::optional<std::int64_t> older_than_seconds,
+                             bool dry_run) {
+    if (!dry_run) require_writable("prune");
+    require_listable("prune");
     fsys::Dir vdir;
     std::string untrusted;
     if (absent() || !open_tree(false, &vdir, &untrusted).ok()) return {};
     const Scan sc = scan(vdir, "");
     // Lock files nobody holds and dead writers' temp files are garbage, not entries: removed but not reported.
-    remove_stale(vdir, sc, nullptr);
-    PruneReport r;
-    std::vector<Node> kept;
+    if (!dry_run) remove_stale(vdir, sc, nullptr);
+    std::vector<Node> old, kept;
     const std::int64_t now = now_ns();
-    for (auto& n : regular_entries(sc)) {
-        if (older_than_seconds && mtime_ns(n.st) < now - *older_than_seconds * 1'000'000'000 &&
-            remove_node(vdir, n, false) == Removal::removed) {
-            ++r.removed;
-            r.bytes_freed += std::uint64_t(n.st.st_size);
-        } else {
-            kept.push_back(std::move(n));
-        }
-    }
+    for (auto& n : regular_entries(sc))
+        (older_than_seconds && mtime_ns(n.st) < now - *older_than_seconds * 1'000'000'000 ? old : kept)
+            .push_back(std::move(n));
+    PruneReport r = remove_oldest(vdir, std::move(old), 0, "", dry_run);  // a cap of 0 takes every one
     if (max_bytes) {
-        const PruneReport e = remove_oldest(vdir, std::move(kept), *max_bytes, "");
+        const PruneReport e = remove_oldest(vdir, std::move(kept), *max_bytes, "", dry_run);
         r.removed += e.removed;
         r.bytes_freed += e.bytes_freed;
+        r.paths.insert(r.paths.end(), e.paths.begin(), e.paths.end());
     }
     return r;
 }

@@ -99,7 +99,7 @@ Compiled compile(const render::RenderedSource& src, const std::string& arch) {
     check(nvrtcGetCUBINSize(prog.p, &cubin_size), "nvrtcGetCUBINSize");
     out.cubin.resize(cubin_size);
     check(nvrtcGetCUBIN(prog.p, out.cubin.data()), "nvrtcGetCUBIN");
-    out.ptxas = parse_ptxas(out.log, src.entry);
+    out.ptxas = parse_ptxas(out.log, src.entries.empty() ? "" : src.entries.front());
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "arch/arch.hpp"
 #include "config/config_json.hpp"
 #include "rtattn/config.hpp"
 #include "rtattn/errors.hpp"
@@ -11,8 +12,6 @@
 namespace rtattn {
 
 namespace {
-
-constexpr const char* kArchs[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"};
 
 void check_range(const char* field, long long v, long long lo, long long hi) {
     if (v < lo || v > hi) throw ConfigError(field, fmt::format("{} is out of range; allowed {}..{}", v, lo, hi));
@@ -28,13 +27,9 @@ Dtype dtype_from_string(const std::string& s) {
     throw ConfigError("dtype", fmt::format("{} is not supported; allowed: fp16, bf16", util::quoted(s)));
 }
 
-bool is_known_arch(const std::string& arch) noexcept {
-    for (const char* a : kArchs)
-        if (arch == a) return true;
-    return false;
-}
+bool is_known_arch(const std::string& arch) noexcept { return arch::find(arch) != nullptr; }
 
-std::string known_archs() { return fmt::format("{}", fmt::join(kArchs, ", ")); }
+std::string known_archs() { return arch::known_names(); }
 
 double AttentionConfig::scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }
 

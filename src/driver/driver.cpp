@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "arch/arch.hpp"
 #include "rtattn/errors.hpp"
 
 namespace rtattn::driver {
@@ -82,11 +83,7 @@ bool gpu_available() {
     }
 }
 
-std::string DeviceInfo::arch() const {
-    // sm_90a unlocks Hopper-only instructions; the "a" cubin runs only on 9.0 parts, which is what we are on.
-    if (cc_major == 9 && cc_minor == 0) return "sm_90a";
-    return fmt::format("sm_{}{}", cc_major, cc_minor);
-}
+std::string DeviceInfo::arch() const { return arch::for_device(cc_major, cc_minor); }
 
 DeviceInfo current_device() {
     const Api& a = api();
@@ -131,15 +128,19 @@ Module::~Module() {
     if (module) api().cuModuleUnload(module);  // errors ignored: the context may already be gone at exit
 }
 
-std::shared_ptr<Module> load(const std::string& cubin, const char* entry, int smem_bytes) {
+std::shared_ptr<Module> load(const std::string& cubin, const std::vector<std::string>& entries, int smem_bytes) {
     const Api& a = api();
     auto m = std::make_shared<Module>();
     check(a.cuCtxGetCurrent(&m->context), "cuCtxGetCurrent");
     check(a.cuModuleLoadData(&m->module, cubin.data()), "cuModuleLoadData");
-    check(a.cuModuleGetFunction(&m->function, m->module, entry), "cuModuleGetFunction");
-    if (smem_bytes > 48 * 1024)
-        check(a.cuFuncSetAttribute(m->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
-              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    for (const auto& entry : entries) {
+        CUfunction f = nullptr;
+        check(a.cuModuleGetFunction(&f, m->module, entry.c_str()), "cuModuleGetFunction");
+        if (smem_bytes > 48 * 1024)
+            check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+        m->functions.push_back(f);
+    }
     return m;
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rtattn::driver {
 
@@ -48,16 +49,17 @@ struct DeviceInfo {
 // Makes sure a context is current (retaining device 0's primary context when none is) and describes its device.
 DeviceInfo current_device();
 
-// A loaded module and its kernel function, unloaded when the last Kernel using it goes away.
+// A loaded module and its entry points, unloaded when the last Kernel using it goes away.
 struct Module {
     CUmodule module = nullptr;
-    CUfunction function = nullptr;
+    std::vector<CUfunction> functions;  // in the order the entries were named
     CUcontext context = nullptr;
     ~Module();
 };
 
-// cuModuleLoadData + cuModuleGetFunction; raises the dynamic shared-memory limit when smem_bytes > 48 KB.
-std::shared_ptr<Module> load(const std::string& cubin, const char* entry, int smem_bytes);
+// cuModuleLoadData + cuModuleGetFunction for each entry; raises the dynamic shared-memory limit of each when
+// smem_bytes > 48 KB.
+std::shared_ptr<Module> load(const std::string& cubin, const std::vector<std::string>& entries, int smem_bytes);
 
 // Test and tool helpers: RAII device memory, stream, graph.
 class DeviceBuffer {

@@ -1,62 +1,63 @@
-// plan(): the one place that decides whether a config is supported and with which tiles. Pure: no CUDA.
+// plan(): the one place that decides whether a config is supported and with which kernel family and tiles. Pure:
+// no CUDA. The forward tile table is in forward_tiles.cpp, what each family needs in src/kernels/.
 #pragma once
 #include <string>
 
 #include "rtattn/config.hpp"
 #include "rtattn/runtime.hpp"
 
+namespace rtattn::kernels {
+class ForwardFamily;
+}
+
 namespace rtattn::plan {
 
-struct ArchInfo {
-    const char* name;     // "sm_90a"
-    int sm;               // 80, 86, 89, 90
-    int smem_optin;       // max dynamic shared memory per block after cuFuncSetAttribute
-};
-// Throws ConfigError("arch", ...) for an unknown or empty arch.
-const ArchInfo& arch_info(const std::string& arch);
-
 struct KernelPlan {
+    const kernels::ForwardFamily* family = nullptr;
     // What is computed.
     int head_dim_qk = 0, head_dim_v = 0;
-    int pad_qk = 0;       // head_dim_qk rounded up to 16: the k of mma.m16n8k16 in QK^T
-    int pad_v = 0;        // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 where the table says)
+    int pad_qk = 0;   // head_dim_qk rounded up to 16: the k of the MMA in QK^T
+    int pad_v = 0;    // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 where the table says)
     int pv_step = 8;
     bool bf16 = true, causal = false;
     std::string arch;
-    // How: one row of the tile table, possibly stepped down to fit the arch's shared memory.
-    bool wgmma = false;  // Hopper warpgroup-MMA kernel (templates/rtattn_fwd_sm90.cuh), else mma.sync
-    int block_m = 0, block_n = 0, warps = 0, m_tiles = 0, stages = 0;
-    bool q_in_regs = false;
-    bool swizzle = false;  // wgmma only: swizzled column panels in shared memory (else interleaved cores)
-    // wgmma only. 0: every warp loads and computes (templates/rtattn_fwd_sm90.cuh). 1: a producer warpgroup loads,
-    // consumers overlap softmax with PV (rtattn_fwd_sm90_ws.cuh). 2: as 1, consumer warpgroups take turns (ping-pong).
-    int schedule = 0;
-    // Producer kernels with head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and
-    // 8-byte aligned starts, so TMA moves the aligned d-4 columns of each row and the producer threads the other 4.
+    // The tile: one row of the table, possibly overridden, then stepped down to fit the arch's shared memory.
+    int block_m = 0, block_n = 0, warps = 0, stages = 0;  // `warps` counts the MMA warps
+    // Knobs a family reads; a family's settle() leaves the others at these defaults.
+    int m_tiles = 1;          // fwd_mma: 16-row MMA tiles per warp
+    bool q_in_regs = false;   // fwd_mma: Q fragments loaded once into registers
+    bool swizzle = false;     // Hopper families: swizzled column panels (else interleaved 8x8 cores)
+    bool ping_pong = false;   // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
+    // fwd_sm90_ws, head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and 8-byte aligned
+    // starts, so TMA moves the aligned d-4 columns of each row and the producer threads the other 4.
     bool split_rows = false;
-    // Producer kernels: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
+    // fwd_sm90_ws: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
     // per k-step instead of one per panel width (templates: sm90::WideLayout).
     bool wide_v = false;
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
-    bool producer() const { return wgmma && schedule > 0; }
-    int threads() const { return warps * 32 + (producer() ? 128 : 0); }  // `warps` counts the MMA warps
-    std::string kernel() const;
-    std::string reason;
+    std::string reason;  // the table row's reason, and what changed it
 
+    int threads() const;
+    std::string kernel() const;  // the family's description, e.g. "wgmma, swizzled tiles, producer warpgroup"
     // Useful / issued MMA FLOPs per (query, key) pair: the cost of padding the head dims.
-    double useful_flop_fraction() const {
-        return double(head_dim_qk + head_dim_v) / double(pad_qk + pad_v);
-    }
+    double useful_flop_fraction() const { return double(head_dim_qk + head_dim_v) / double(pad_qk + pad_v); }
     PlanSummary summary() const;
 };
 
-// config.arch must be non-empty (the Runtime resolves "current device" before planning).
-// Throws ConfigError when the config is invalid or the plan cannot serve it; support and dispatch are one function.
-KernelPlan plan(const AttentionConfig& config);
+struct PlanOptions {
+    // Replaces the table's tile choice: "block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle
+    // [,pv_step[,wide_v]]]]" (tools/bench/tile_sweep.sh times candidates this way). Empty: the table decides.
+    std::string tile_override;
+    std::string tile_field = "tile_override";  // what errors about it name (the Runtime says RTATTN_TILE when set)
+};
 
-// Shared memory the kernel template will declare for these tiles (mirrors FwdShape / FwdShapeSm90 in templates/;
-// the rendered stub static_asserts the two agree).
-int smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wgmma, bool producer, bool wide_v);
+// Validates the config (its one check per resolve) and plans it; config.arch must be non-empty (the Runtime resolves
+// "current device" first). Throws ConfigError when the config is invalid or the plan cannot serve it: support and
+// dispatch are one function.
+KernelPlan plan(const AttentionConfig& config, const PlanOptions& options = {});
+
+// The whole plan as JSON: what `rtattn info` and `ls` show, what a cache entry records and the stub's comment.
+std::string plan_json(const KernelPlan& p);
 
 }  // namespace rtattn::plan

@@ -15,10 +15,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "api/resolver.hpp"
+#include "common.hpp"
 #include "driver/driver.hpp"
 #include "rtattn/rtattn.hpp"
 
-namespace rtattn::tools {
+namespace rtattn::cli {
 
 namespace {
 
@@ -148,29 +150,44 @@ nlohmann::ordered_json result(const Case& c) {
     j["dtype"] = c.dtype;
     j["ms"] = t;
     j["tflops"] = flops / (t * 1e-3) / 1e12;
-    j["registers"] = info.registers;
+    j["registers"] = figure_json(info.registers);
     j["useful_flop_fraction"] = info.plan.useful_flop_fraction;
     j["tile"] = fmt::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
     j["kernel"] = info.plan.kernel;
     return j;
 }
 
-void print_row(const nlohmann::ordered_json& j) {
-    fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
+// The table goes to stdout, or to stderr when stdout carries the JSON.
+void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
+    fmt::print(out, "{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
                j["S"].get<int>(), j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
                j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
-               j["registers"].get<int>(), j["tile"].get<std::string>(), j["kernel"].get<std::string>());
-    std::fflush(stdout);
+               figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
+               j["kernel"].get<std::string>());
+    std::fflush(out);
+}
+
+// Results: JSON on stdout with --json, and into --json-out's file.
+void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows) {
+    json j;
+    j["kind"] = kind;
+    j["results"] = std::move(rows);
+    const std::string text = dump(std::move(j));
+    if (o.json) fmt::print("{}\n", text);
+    if (!o.json_out.empty()) {
+        std::ofstream out(o.json_out);
+        out << text << "\n";
+        if (!out) throw Error(fmt::format("cannot write {}", o.json_out));
+    }
 }
 
 int run_throughput(const BenchOptions& o) {
-    RuntimeOptions ro;
-    ro.cache_dir = o.cache_dir;
-    Runtime rt(ro);
+    std::FILE* table = o.json ? stderr : stdout;
+    Runtime rt(o.runtime);
     const auto dev = driver::current_device();
-    fmt::print("# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}{}\n", dev.name, dev.arch(), dev.sms,
+    fmt::print(table, "# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}{}\n", dev.name, dev.arch(), dev.sms,
                dev.driver_version, version(), o.interleave ? ", shapes interleaved launch by launch" : "");
-    fmt::print("{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
+    fmt::print(table, "{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
                "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     int failures = 0;
@@ -180,7 +197,7 @@ int run_throughput(const BenchOptions& o) {
     std::vector<std::unique_ptr<Case>> cases;
     auto finish = [&](Case& c) {
         auto j = result(c);
-        print_row(j);
+        print_row(table, j);
         rows.push_back(std::move(j));
     };
     for (const auto& dt : o.dtypes)
@@ -198,7 +215,7 @@ int run_throughput(const BenchOptions& o) {
                         finish(*c);
                     } catch (const Error& e) {
                         ++failures;
-                        fmt::print("{:>4} {:>6} causal={} {}: error: {}\n", d, S, causal, dt, e.what());
+                        fmt::print(table, "{:>4} {:>6} causal={} {}: error: {}\n", d, S, causal, dt, e.what());
                     }
                 }
     for (int i = 0; i < o.warmup; ++i)
@@ -206,21 +223,21 @@ int run_throughput(const BenchOptions& o) {
     for (int i = 0; i < o.reps; ++i)
         for (auto& c : cases) timer.launch(*c, true);
     for (auto& c : cases) finish(*c);
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << rows.dump(1) << "\n";
+    write_results(o, o.interleave ? "throughput, interleaved" : "throughput", std::move(rows));
     return failures ? 1 : 0;
 }
 
 int run_latency(const BenchOptions& o) {
     // A private cache dir so "cold" really is cold.
-    std::string dir = o.cache_dir.empty() ? fmt::format("/tmp/rtattn-bench-{}", getpid()) : o.cache_dir;
-    nlohmann::json rows = nlohmann::json::array();
+    RuntimeOptions ro = o.runtime;
+    if (ro.cache_dir.empty()) ro.cache_dir = fmt::format("/tmp/rtattn-bench-{}", getpid());
+    const std::string& dir = ro.cache_dir;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     const bool gpu = driver::gpu_available();
     for (int d : o.head_dims) {
         AttentionConfig c;
         c.head_dim_qk = d;
-        c.arch = gpu ? driver::current_device().arch() : "sm_90a";
-        RuntimeOptions ro;
-        ro.cache_dir = dir;
+        c.arch = gpu ? device_arch(c) : "sm_90a";
         double cold, disk, mem = 0;
         {
             Runtime rt(ro);
@@ -240,11 +257,11 @@ int run_latency(const BenchOptions& o) {
             for (int i = 0; i < n; ++i) gpu ? (void)rt.get(c) : (void)rt.precompile(c);
             mem = seconds_since(t1) / n;
         }
-        fmt::print("d={:<4} {} cold compile {:.3f} s, disk hit {:.2f} ms, memory hit {:.1f} us ({})\n", d, c.arch,
+        fmt::print(o.json ? stderr : stdout, "d={:<4} {} cold compile {:.3f} s, disk hit {:.2f} ms, memory hit {:.1f} us ({})\n", d, c.arch,
                    cold, disk * 1e3, mem * 1e6, gpu ? "get() to a launchable kernel" : "precompile, no GPU");
         rows.push_back({{"d", d}, {"arch", c.arch}, {"cold_s", cold}, {"disk_hit_s", disk}, {"memory_hit_s", mem}});
     }
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << rows.dump(1) << "\n";
+    write_results(o, "latency", std::move(rows));
     return 0;
 }
 
@@ -252,4 +269,30 @@ int run_latency(const BenchOptions& o) {
 
 int run_bench(const BenchOptions& o) { return o.latency ? run_latency(o) : run_throughput(o); }
 
-}  // namespace rtattn::tools
+void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
+    auto o = std::make_shared<BenchOptions>();
+    auto causal = std::make_shared<std::string>("both");
+    auto* cmd = app.add_subcommand("bench", "forward TFLOPS over a shape grid (needs a GPU), or JIT latency");
+    cmd->add_option("--head-dim", o->head_dims, "head dims (comma-separated list)")->delimiter(',')->type_name("D");
+    cmd->add_option("--seqlens", o->seqlens, "sequence lengths; batch = tokens / seqlen")->delimiter(',');
+    cmd->add_option("--dtype", o->dtypes, "bf16, fp16")->delimiter(',');
+    cmd->add_option("--causal", *causal, "true, false or both (default both)")
+        ->check(CLI::IsMember({"true", "false", "both"}));
+    cmd->add_option("--gqa", o->gqa, "q heads per kv head (default 1)")->check(CLI::Range(1, 64));
+    cmd->add_option("--tokens", o->tokens, "batch * seqlen (default 16384)")->check(CLI::Range(1, 1 << 24));
+    cmd->add_option("--reps", o->reps, "timed runs; the median is reported (default 30)")->check(CLI::Range(1, 10000));
+    cmd->add_flag("--json", o->json, "print the results as JSON on stdout (the table goes to stderr)");
+    cmd->add_option("--json-out", o->json_out, "also write the JSON results to this file")->type_name("FILE");
+    cmd->add_flag("--interleave", o->interleave,
+                  "prepare every shape first, then launch them round-robin (ratios between shapes)");
+    cmd->add_flag("--latency", o->latency, "JIT latency instead: cold compile, disk hit (fresh Runtime), in-memory hit");
+    cmd->callback([&action, &g, o, causal] {
+        action = [&g, o, causal] {
+            if (*causal != "both") o->causal = {*causal == "true"};
+            o->runtime = runtime_options(g);
+            return run_bench(*o);
+        };
+    });
+}
+
+}  // namespace rtattn::cli

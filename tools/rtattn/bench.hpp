@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
-namespace rtattn::tools {
+#include "rtattn/runtime.hpp"
+
+namespace rtattn::cli {
 
 struct BenchOptions {
     std::vector<int> head_dims = {64, 80, 96, 100, 128, 132, 160, 192, 256};
@@ -15,8 +17,9 @@ struct BenchOptions {
     int hidden = 2048;         // heads * head_dim, approximately
     int warmup = 5;
     int reps = 30;             // median of these
-    std::string json_path;     // write results here when set
-    std::string cache_dir;
+    bool json = false;         // results as JSON on stdout (the table goes to stderr)
+    std::string json_out;      // write the JSON results to this file too
+    RuntimeOptions runtime;    // cache dir, trust, log level: from the global flags
     bool latency = false;      // JIT latency mode instead of throughput
     bool interleave = false;   // launch the shapes round-robin instead of one after another
 };
@@ -24,4 +27,4 @@ struct BenchOptions {
 // Returns a process exit code; prints a table to stdout.
 int run_bench(const BenchOptions& o);
 
-}  // namespace rtattn::tools
+}  // namespace rtattn::cli

@@ -12,7 +12,8 @@
 // K and V have separate "full" and "empty" barriers: K of block j is released as soon as QK^T(j) is done, one
 // iteration before V, so the next K load starts early.
 #pragma once
-#include "rtattn_fwd_sm90.cuh"
+#include "fwd/sm90.cuh"
+#include "sm90/kv_ring.cuh"
 
 namespace rtattn {
 
@@ -22,9 +23,9 @@ struct FwdShapeSm90Ws {
     static constexpr int kConsumers = T::kWarps / 4;                 // consumer warpgroups
     static constexpr int kConsumerThreads = T::kWarps * 32;
     static constexpr int kThreads = kConsumerThreads + 128;          // + the producer warpgroup
-    static constexpr int kBarrierOffset = (Base::kSmemBytes + 7) / 8 * 8;
-    static constexpr int kBarriers = 4 * T::kStages;  // per slot: K full/empty, V full/empty
-    static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers;
+    static constexpr int kBarrierOffset = geometry::fwd_sm90_ws_barrier_offset(Base::kSmemBytes);
+    static constexpr int kSmemBytes =
+        geometry::fwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWideV);
     // Register split (65536 per SM, one CTA). The producer computes cp.async addresses (the TMA path needs next to
     // nothing); consumers hold O, S and P. Wide O (d_v > 160) takes the registers from the producer.
     // Two different load loops (d_qk != d_v) cost the producer more registers; narrow O can spare them.
@@ -40,10 +41,11 @@ struct FwdShapeSm90Ws {
     static_assert(T::kStages >= 2, "the overlapped schedule holds block j's K and block j-1's V at once");
     // Split rows: the 4 columns the producer threads store must be exactly the tail panel's first columns (16 wide
     // for K, 8 or 16 for V), so TMA boxes and those stores never write the same panel.
-    static constexpr int kMainQK = T::kHeadDimQK - 4, kMainV = T::kHeadDimV - 4;  // columns moved by TMA
-    static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK == 4 && T::kVecV == 4 && T::kHeadDimQK % 32 == 4 &&
-                                     T::kHeadDimV % 32 == 4 && T::kPadQK == kMainQK + 16 &&
-                                     (T::kPadV == kMainV + 8 || T::kPadV == kMainV + 16)),
+    static constexpr int kMainQK = T::kHeadDimQK - geometry::kSplitTail;  // columns moved by TMA
+    static constexpr int kMainV = T::kHeadDimV - geometry::kSplitTail;
+    static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK == 4 && T::kVecV == 4 &&
+                                     geometry::split_rows_fit(T::kHeadDimQK, T::kHeadDimV) &&
+                                     T::kPadQK == kMainQK + 16 && (T::kPadV == kMainV + 8 || T::kPadV == kMainV + 16)),
                   "split rows: head dims 32k+4, swizzled tiles (TMA panels 64 and 32 wide only)");
     // Wide V: a 64-column TMA box may not cover the 4 stored columns, so the TMA part must fill whole panels.
     static_assert(!T::kWideV || (T::kSwizzle && (!T::kSplitRows || kMainV % 64 == 0)), "wide V tiles");
@@ -52,21 +54,13 @@ struct FwdShapeSm90Ws {
 namespace sm90 {
 // Named barrier ids (0 is __syncthreads): 1..3 turn-taking, 4..6 per-warpgroup Q, 7 consumer epilogue.
 constexpr int kBarTurn = 1, kBarQ = 4, kBarEpilogue = 7;
-
-template <int kVec>
-__device__ __forceinline__ void signal_loaded(u32 bar) {
-    if constexpr (kVec >= 2)
-        ptx::mbar_arrive_cp_async(bar);  // fires when this thread's cp.asyncs have landed
-    else
-        ptx::mbar_arrive(bar);           // plain stores (odd head dims): already done, the arrive releases them
-}
 }  // namespace sm90
 
 // TMA producer, one warp (lane 0 does the work): a box per panel and tile, completing on the slot's full barrier.
 // Rows past seqlen_k and columns past the head dim arrive as zeros, so tails and padding need no extra work.
 template <class T>
 __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
-                                            detail::u32 bars, int n_blocks, int lane) {
+                                            sm90::KvRing<T::kStages> ring, int n_blocks, int lane) {
     using detail::u32;
     using B = FwdShapeSm90<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
@@ -75,10 +69,10 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
     if (lane != 0) return;
     const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = blockIdx.z;
     for (int j = 0; j < n_blocks; ++j) {
-        const int slot = j % kSt, k0 = j * T::kBlockN;
-        const u32 full_k = bars + 8 * slot, full_v = bars + 8 * (kSt + slot);
-        const u32 empty_k = bars + 8 * (2 * kSt + slot), empty_v = bars + 8 * (3 * kSt + slot);
-        const u32 parity = ((j / kSt) & 1) ^ 1;  // phase of the slot's previous occupant's release
+        const int slot = ring.slot(j), k0 = j * T::kBlockN;
+        const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
+        const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
+        const u32 parity = ring.empty_parity(j);
         const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
         const int c1 = pt.tma_seq_dim == 1 ? k0 : kv_head, c2 = pt.tma_seq_dim == 1 ? kv_head : k0;
         if (j >= kSt) ptx::mbar_wait(empty_k, parity);
@@ -105,7 +99,7 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
 // The slot's full barrier completes once the TMA bytes have landed and all 4 producer warps have arrived (1 + 4).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
-                                              detail::u32 bars, int n_blocks, int ptid) {
+                                              sm90::KvRing<T::kStages> ring, int n_blocks, int ptid) {
     using detail::u16;
     using detail::u32;
     using B = FwdShapeSm90<T>;
@@ -137,10 +131,10 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     load_tails(gK, p.k_seq_stride, 0, k_next);
     load_tails(gV, p.v_seq_stride, 0, v_next);
     for (int j = 0; j < n_blocks; ++j) {
-        const int slot = j % kSt, k0 = j * T::kBlockN;
-        const u32 full_k = bars + 8 * slot, full_v = bars + 8 * (kSt + slot);
-        const u32 empty_k = bars + 8 * (2 * kSt + slot), empty_v = bars + 8 * (3 * kSt + slot);
-        const u32 parity = ((j / kSt) & 1) ^ 1;
+        const int slot = ring.slot(j), k0 = j * T::kBlockN;
+        const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
+        const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
+        const u32 parity = ring.empty_parity(j);
         const int c1 = pt.tma_seq_dim == 1 ? k0 : head_coord, c2 = pt.tma_seq_dim == 1 ? head_coord : k0;
         // One tile: wait for the slot, TMA the main panels, store this thread's tails, arrive, fetch the next tails.
         // `layout` is LK or LV (a tag: only its static members are used).
@@ -190,11 +184,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     u16* sQ = reinterpret_cast<u16*>(smem_raw);
     u16* sK = sQ + B::kQElems;
     u16* sV = sK + kSt * B::kKElems;
-    const u32 bars = ptx::smem_u32(smem_raw + S::kBarrierOffset);
-    auto full_k = [&](int slot) { return bars + 8 * slot; };
-    auto full_v = [&](int slot) { return bars + 8 * (kSt + slot); };
-    auto empty_k = [&](int slot) { return bars + 8 * (2 * kSt + slot); };
-    auto empty_v = [&](int slot) { return bars + 8 * (3 * kSt + slot); };
+    const sm90::KvRing<kSt> ring{ptx::smem_u32(smem_raw + S::kBarrierOffset)};
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -217,10 +207,10 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         const bool tma = T::kSwizzle && pt.use_tma != 0;
         const u32 loaders = !tma ? 128 : T::kSplitRows ? 5 : 1;
         for (int st = 0; st < kSt; ++st) {
-            ptx::mbar_init(full_k(st), loaders);
-            ptx::mbar_init(full_v(st), loaders);
-            ptx::mbar_init(empty_k(st), T::kWarps);  // one arrival per consumer warp
-            ptx::mbar_init(empty_v(st), T::kWarps);
+            ptx::mbar_init(ring.full_k(st), loaders);
+            ptx::mbar_init(ring.full_v(st), loaders);
+            ptx::mbar_init(ring.empty_k(st), T::kWarps);  // one arrival per consumer warp
+            ptx::mbar_init(ring.empty_v(st), T::kWarps);
         }
     }
     wgmma::fence_proxy_async();  // the zeroed pad columns, visible to wgmma
@@ -232,27 +222,27 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         ptx::setmaxnreg_dec<S::kProducerRegs>();
         if constexpr (T::kSplitRows) {
             if (pt.use_tma != 0) {
-                produce_split<T>(pt, sK, sV, bars, n_blocks, tid - S::kConsumerThreads);
+                produce_split<T>(pt, sK, sV, ring, n_blocks, tid - S::kConsumerThreads);
                 return;
             }
         } else if constexpr (T::kSwizzle) {
             if (pt.use_tma != 0) {
-                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, bars, n_blocks, lane);
+                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, ring, n_blocks, lane);
                 return;
             }
         }
         const int ptid = tid - S::kConsumerThreads;
         for (int j = 0; j < n_blocks; ++j) {
-            const int slot = j % kSt, k0 = j * T::kBlockN;
-            const u32 parity = ((j / kSt) & 1) ^ 1;
-            if (j >= kSt) ptx::mbar_wait(empty_k(slot), parity);
+            const int slot = ring.slot(j), k0 = j * T::kBlockN;
+            const u32 parity = ring.empty_parity(j);
+            if (j >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
             sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN, S::kLoadUnroll>(
                 sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, ptid);
-            sm90::signal_loaded<T::kVecQK>(full_k(slot));
-            if (j >= kSt) ptx::mbar_wait(empty_v(slot), parity);
+            sm90::signal_loaded<T::kVecQK>(ring.full_k(slot));
+            if (j >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
             sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN, S::kLoadUnroll, LV>(
                 sV + slot * B::kVElems, cta.v + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, ptid);
-            sm90::signal_loaded<T::kVecV>(full_v(slot));
+            sm90::signal_loaded<T::kVecV>(ring.full_v(slot));
         }
         ptx::cp_async_wait<0>();  // exit with nothing in flight
         return;
@@ -287,7 +277,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     auto k_at = [&](int slot) { return ptx::smem_u32(sK + slot * B::kKElems); };
     auto v_at = [&](int slot) { return ptx::smem_u32(sV + slot * B::kVElems); };
     auto wait_full = [&](u32 bar, int block) {
-        ptx::mbar_wait(bar, (block / kSt) & 1);
+        ptx::mbar_wait(bar, ring.full_parity(block));
         wgmma::fence_proxy_async();  // the producer's generic-proxy writes, ordered before this thread's wgmma
     };
     auto release = [&](u32 bar) {
@@ -314,23 +304,23 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         {
             float s[1][kNB][4];
             float corr[1][2];  // O is still zero: nothing to rescale
-            wait_full(full_k(0), 0);
+            wait_full(ring.full_k(0), 0);
             my_turn();
             wgmma::fence();
             sm90::issue_qk<T>(s, q_addr, q_row0, k_at(0));
             pass_turn();
             wgmma::wait<0>();
             sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-            release(empty_k(0));
+            release(ring.empty_k(0));
             softmax_to_p(s, 0, corr);
             sm90::pack_p<T>(s, pa);
         }
         for (int j = 1; j < n_blocks; ++j) {
-            const int slot = j % kSt, prev = (j - 1) % kSt;
+            const int slot = ring.slot(j), prev = ring.slot(j - 1);
             float s[1][kNB][4];
             float corr[1][2];
-            wait_full(full_k(slot), j);
-            wait_full(full_v(prev), j - 1);
+            wait_full(ring.full_k(slot), j);
+            wait_full(ring.full_v(prev), j - 1);
             my_turn();
             wgmma::fence();
             sm90::issue_qk<T>(s, q_addr, q_row0, k_at(slot));
@@ -338,18 +328,18 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             pass_turn();
             wgmma::wait<1>();  // QK^T(j) done; PV(j-1) may still run
             sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-            release(empty_k(slot));
+            release(ring.empty_k(slot));
             softmax_to_p(s, j, corr);
             wgmma::wait<0>();
             sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
             sm90::fence_regs<kKP * 4>(&pa[0][0]);
-            release(empty_v(prev));
+            release(ring.empty_v(prev));
             detail::rescale(acc_o, corr);
             // P is packed only now: writing pa while PV(j-1) still reads it would serialize the wgmma pipeline.
             sm90::pack_p<T>(s, pa);
         }
-        const int last = (n_blocks - 1) % kSt;
-        wait_full(full_v(last), n_blocks - 1);
+        const int last = ring.slot(n_blocks - 1);
+        wait_full(ring.full_v(last), n_blocks - 1);
         my_turn();
         wgmma::fence();
         sm90::issue_pv<T>(acc_o, pa, v_at(last));

@@ -1,28 +1,26 @@
-#include "api/tma.hpp"
-
+// The warp-specialized Hopper forward family (templates/fwd/sm90_ws.cuh): a producer warpgroup streams K/V tiles with
+// TMA (tensor maps encoded here, per launch) into a ring of mbarrier-guarded slots; consumer warpgroups overlap the
+// softmax of block j with the PV of block j-1 and may take turns on the tensor cores (ping-pong).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
-#include "driver/driver.hpp"
+#include "common/geometry.h"
+#include "kernels/forward.hpp"
+#include "kernels/sm90.hpp"
 
-namespace rtattn {
+namespace rtattn::kernels {
 
 static_assert(sizeof(TmaMap) == sizeof(CUtensorMap) && alignof(TmaMap) == alignof(CUtensorMap),
               "TmaMap mirrors CUtensorMap");
 
 namespace {
 
-// Panel widths in the order of the kernel's map index (templates/rtattn_params.h), each with its swizzle mode.
-constexpr int kWidths[4] = {64, 32, 16, 8};
+// The swizzle mode of each panel kind (geometry::panel_width; the kernel's map index, templates/common/params.h).
 constexpr CUtensorMapSwizzle kSwizzles[4] = {CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_64B,
                                              CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_SWIZZLE_NONE};
-
-// Does a tile of `cols` columns (a multiple of 8) have a panel of width kWidths[kind]? (TileLayout's split.)
-bool panel_present(int cols, int kind) {
-    return kind == 0 ? cols >= 64 : (cols % 64 & kWidths[kind]) != 0;
-}
 
 struct Outer {
     std::int64_t extent, stride_bytes;
@@ -52,8 +50,8 @@ bool encode_view(TmaMap* maps, const View& v, int tile_cols, int block_n, bool b
                                    cuuint64_t(outer[2].stride_bytes)};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
     for (int kind = 0; kind < 4; ++kind) {
-        if (!panel_present(tile_cols, kind)) continue;
-        const cuuint32_t box[4] = {cuuint32_t(kWidths[kind]), cuuint32_t(seq_dim == 1 ? block_n : 1),
+        if (!geometry::has_panel(tile_cols, kind)) continue;
+        const cuuint32_t box[4] = {cuuint32_t(geometry::panel_width(kind)), cuuint32_t(seq_dim == 1 ? block_n : 1),
                                    cuuint32_t(seq_dim == 1 ? 1 : block_n), 1};
         const CUresult r = driver::api().cuTensorMapEncodeTiled(
             reinterpret_cast<CUtensorMap*>(&maps[kind]),
@@ -74,8 +72,8 @@ View whole_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch) {
 // the first 16-byte boundary, the kernel moves the other 4 itself.
 View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, int cls, int& rot) {
     const auto* head0 = static_cast<const unsigned char*>(t.ptr) + std::int64_t(cls) * t.head_stride * 2;
-    rot = reinterpret_cast<std::uintptr_t>(head0) % 16 == 0 ? 0 : 4;
-    return {head0 + 2 * rot, dim - 4, {seqlen, t.seq_stride * 2}, {(heads - cls + 1) / 2, t.head_stride * 4},
+    rot = reinterpret_cast<std::uintptr_t>(head0) % 16 == 0 ? 0 : geometry::kSplitTail;
+    return {head0 + 2 * rot, dim - geometry::kSplitTail, {seqlen, t.seq_stride * 2}, {(heads - cls + 1) / 2, t.head_stride * 4},
             {batch, t.batch_stride * 2}};
 }
 
@@ -101,11 +99,14 @@ bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv,
     return true;
 }
 
-}  // namespace
 
+// Fills out.k_map / v_map / tma_seq_dim (and, for split rows, k_rot / v_rot) and sets out.use_tma. use_tma stays 0,
+// and the kernel loads with cp.async, when the tiles are not swizzled or a map cannot be encoded: a base or stride not
+// 16-byte aligned (e.g. a head dim not a multiple of 8 packed as [B, S, H, D], unless the plan splits rows; a box may
+// not start mid-16 bytes, so there is no other way around). Encoded per launch: the pointers change.
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;
-    if (!p.producer() || !p.swizzle || tma_disabled()) return;
+    if (!p.swizzle || tma_disabled()) return;
     // Map dims follow the smaller of the seq and head strides (split rows: the head stride of a map is two heads).
     const int head_step = p.split_rows ? 2 : 1;
     out.tma_seq_dim = a.k.seq_stride <= head_step * a.k.head_stride ? 1 : 2;
@@ -117,10 +118,69 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
         ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, a.seqlen_k, heads_kv, a.batch), p.pad_qk,
                          p.block_n, p.bf16, out.tma_seq_dim) &&
              encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, a.seqlen_k, heads_kv, a.batch),
-                         p.wide_v ? (p.pad_v + 63) / 64 * 64 : p.pad_v, p.block_n, p.bf16, out.tma_seq_dim);
+                         geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
     if (!ok) out.k_rot[0] = out.k_rot[1] = out.v_rot[0] = out.v_rot[1] = 0;  // cp.async loads rows unrotated
 }
 
-}  // namespace rtattn
+
+class FwdSm90Ws final : public ForwardFamily {
+public:
+    const char* name() const override { return "fwd_sm90_ws"; }
+    bool runs_on(const arch::Arch& a) const override { return a.wgmma && a.tma && a.setmaxnreg; }
+    // Split rows and wide V follow from the tile choice, and are settled again whenever it changes. Wide V (requested
+    // by default, off with the override's 10th field) needs swizzled tiles, and with split rows the TMA part of each
+    // V row must fill whole 64-column panels (a box there would cover the stored columns). It is used only where the
+    // per-width panels end in an 8-wide one: there one n=pad_v instruction per k-step beat n128 + n8 (d132
+    // 547-569/562-579 TFLOPS vs 521-552/557-574 on an H200); where they do not, it did not pay (d96 519-579/524-532
+    // vs 525-566/540-543, d256 629-647/693-697 vs 659-675/700-701; d80, d160, d192 within noise).
+    void settle(plan::KernelPlan& p) const override {
+        p.m_tiles = 1;
+        p.q_in_regs = false;
+        const auto flags = [&] {
+            p.split_rows = p.swizzle && geometry::split_rows_fit(p.head_dim_qk, p.head_dim_v);
+            p.wide_v = p.wide_v && p.swizzle && p.pad_v % 16 == 8 &&
+                       (!p.split_rows || (p.head_dim_v - geometry::kSplitTail) % 64 == 0);
+        };
+        flags();
+        sm90::align_swizzled_tiles(p);
+        flags();  // alignment may have given up swizzled tiles
+    }
+    int min_stages() const override { return 2; }  // block j's K and block j-1's V are held at once
+    int threads(const plan::KernelPlan& p) const override { return p.warps * 32 + 128; }  // + the producer
+    int smem_bytes(const plan::KernelPlan& p) const override {
+        return geometry::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v);
+    }
+    std::string describe(const plan::KernelPlan& p) const override {
+        std::string k = sm90::describe_tiles(p) + ", producer warpgroup";
+        if (p.ping_pong) k += ", ping-pong";
+        if (p.split_rows) k += ", split rows";
+        if (p.wide_v) k += ", one PV instruction";
+        return k;
+    }
+    render::StubSpec stub(const plan::KernelPlan& p) const override {
+        render::StubSpec s = forward_stub(p, "fwd/sm90_ws.cuh", "FwdShapeSm90Ws",
+                                          "const __grid_constant__ rtattn::FwdParamsTma params", "flash_fwd_sm90_ws");
+        s.generated = sm90::wgmma_wrappers(p);
+        for (const auto& [name, v] : {std::pair{"kSwizzle", p.swizzle}, {"kPingPong", p.ping_pong},
+                                      {"kSplitRows", p.split_rows}, {"kWideV", p.wide_v}})
+            s.traits.push_back({"bool", name, v ? "true" : "false"});
+        return s;
+    }
+    void launch(const ForwardLaunch& l) const override {
+        FwdParamsTma prm{};
+        prm.p = forward_params(l.config, l.args);
+        encode_kv_maps(l.plan, l.args, l.config.num_heads_kv, prm);
+        launch_forward_grid(l, &prm);
+    }
+};
+
+}  // namespace
+
+const ForwardFamily& fwd_sm90_ws() {
+    static const FwdSm90Ws f;
+    return f;
+}
+
+}  // namespace rtattn::kernels

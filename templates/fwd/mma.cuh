@@ -8,9 +8,14 @@
 // produces kPadV columns (a multiple of 8, the n). Padded columns are zeroed in shared memory once and never
 // written by loads, so they contribute exact zeros; they are never stored.
 #pragma once
-#include "rtattn_params.h"
-#include "rtattn_ptx.cuh"
-#include "rtattn_softmax.cuh"
+#include "common/cta_tile.cuh"
+#include "common/epilogue.cuh"
+#include "common/geometry.h"
+#include "common/load.cuh"
+#include "common/mask.cuh"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
 
 namespace rtattn {
 
@@ -23,17 +28,13 @@ namespace rtattn {
 template <class T>
 struct FwdShape {
     static constexpr int kThreads = T::kWarps * 32;
-    // Row strides in shared memory: an odd number of 16-byte chunks puts the 8 rows an ldmatrix reads in 8
-    // different bank groups, for any head dim (an XOR swizzle would need a power-of-two row width).
-    static constexpr int stride_for(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
-    static constexpr int kStrideQK = stride_for(T::kPadQK);
-    static constexpr int kStrideV = stride_for(T::kPadV);
+    static constexpr int kStrideQK = geometry::padded_row(T::kPadQK);  // shared-memory row strides
+    static constexpr int kStrideV = geometry::padded_row(T::kPadV);
     static constexpr int kQElems = T::kBlockM * kStrideQK;
     static constexpr int kKElems = T::kBlockN * kStrideQK;
     static constexpr int kVElems = T::kBlockN * kStrideV;
-    static constexpr int kOElems = T::kBlockM * kStrideV;
-    static constexpr int kMainElems = kQElems + T::kStages * (kKElems + kVElems);
-    static constexpr int kSmemBytes = 2 * (kMainElems > kOElems ? kMainElems : kOElems);
+    static constexpr int kSmemBytes =
+        geometry::fwd_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
 
     static_assert(T::kPadQK % 16 == 0 && T::kPadQK >= T::kHeadDimQK && T::kPadQK - T::kHeadDimQK < 16, "QK pad");
     static_assert(T::kPadV % 8 == 0 && T::kPadV >= T::kHeadDimV && T::kPadV - T::kHeadDimV < 8, "V pad");

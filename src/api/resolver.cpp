@@ -1,0 +1,82 @@
+#include "api/resolver.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "arch/arch.hpp"
+#include "cache/entry_file.hpp"
+#include "compile/compile.hpp"
+#include "driver/driver.hpp"
+#include "kernels/forward.hpp"
+#include "rtattn/errors.hpp"
+#include "util/sha256.hpp"
+
+namespace rtattn {
+
+plan::PlanOptions plan_options(const RuntimeOptions& options) {
+    if (!options.tile_override.empty()) return {options.tile_override, "tile_override"};
+    const char* env = std::getenv("RTATTN_TILE");
+    return {env ? env : "", "RTATTN_TILE"};
+}
+
+std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
+    if (c.arch.empty()) c.arch = device_arch(c);
+    const std::string config_key = c.to_json();
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = by_config_.find(config_key); it != by_config_.end()) return it->second;
+    }
+    // The kernel-relevant part: heads and the softmax scale are launch parameters.
+    AttentionConfig kernel = c;
+    kernel.num_heads_q = kernel.num_heads_kv = 1;
+    kernel.softmax_scale.reset();
+    const std::string kernel_key = kernel.to_json();
+    std::shared_ptr<const Resolved> same_kernel;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = by_kernel_.find(kernel_key); it != by_kernel_.end()) same_kernel = it->second;
+    }
+    auto r = std::make_shared<Resolved>();
+    if (same_kernel) {
+        c.validate();  // planning validated the kernel part only
+        *r = *same_kernel;
+    } else {
+        r->plan = plan::plan(c, options_);
+        r->source = kernels::render_plan(r->plan);
+        r->key = cache_key(r->source, c.arch);
+    }
+    r->config = std::move(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    by_kernel_.emplace(kernel_key, r);
+    return by_config_.emplace(config_key, std::move(r)).first->second;
+}
+
+std::string device_arch(const AttentionConfig& c) {
+    if (!driver::gpu_available()) {
+        c.validate();  // a bad field is the better error
+        throw ConfigError("arch", "is empty (meaning: the current device), but no GPU is available; give an explicit "
+                                  "arch (" + known_archs() + ") to precompile without one");
+    }
+    const auto dev = driver::current_device();
+    const std::string name = dev.arch();
+    if (!arch::find(name))
+        throw ConfigError("arch", fmt::format("device {} is {}, which rtattn does not support; supported: {}", dev.name,
+                                              name, known_archs()));
+    return name;
+}
+
+std::string cache_key(const render::RenderedSource& src, const std::string& arch) {
+    // Everything that can change the cubin: the exact source, options, compiler, target, library and format.
+    util::Sha256 h;
+    h.field("rtattn-cache-key")
+        .field(src.full_text())
+        .field(compile::join_options(compile::options_for(arch)))
+        .field(compile::nvrtc_version())
+        .field(arch)
+        .field(RTATTN_VERSION)
+        .field(std::to_string(cache::kFormatVersion));
+    return util::to_hex(h.finish());
+}
+
+}  // namespace rtattn

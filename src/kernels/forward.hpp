@@ -1,0 +1,67 @@
+// Forward kernel families. A family is one mainloop template (templates/fwd/) and this description of it: what it
+// asks of the arch, which flags follow from a tile choice, its shared memory and threads, the stub the renderer
+// writes for it, and how a call is launched. The forward tile table (src/plan/forward_tiles.cpp) names a family
+// per row; plan, render and launch ask the family and never branch on its knobs.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "arch/arch.hpp"
+#include "common/params.h"
+#include "driver/driver.hpp"
+#include "plan/plan.hpp"
+#include "render/render.hpp"
+#include "rtattn/runtime.hpp"
+
+namespace rtattn::kernels {
+
+// One forward call, its arguments already validated.
+struct ForwardLaunch {
+    const plan::KernelPlan& plan;
+    const AttentionConfig& config;
+    const ForwardArgs& args;
+    const driver::Module& module;  // functions in the order of the stub's entries
+    void* stream;
+};
+
+class ForwardFamily {
+public:
+    virtual ~ForwardFamily() = default;
+    // Stable id, in plans, cache entries and `rtattn info`: "fwd_mma", "fwd_sm90", "fwd_sm90_ws".
+    virtual const char* name() const = 0;
+    virtual bool runs_on(const arch::Arch& a) const = 0;
+    // After the tile choice (and any override): flags that depend on it, checks of what the family can serve.
+    // It may hand the plan to another family (the warp-specialized one does, for head dims TMA cannot address).
+    virtual void settle(plan::KernelPlan& p) const { (void)p; }
+    virtual int min_stages() const { return 1; }  // fitting shared memory never goes below this
+    virtual int threads(const plan::KernelPlan& p) const = 0;
+    virtual int smem_bytes(const plan::KernelPlan& p) const = 0;  // from templates/common/geometry.h
+    virtual std::string describe(const plan::KernelPlan& p) const = 0;  // "wgmma, swizzled tiles, ..."
+    virtual render::StubSpec stub(const plan::KernelPlan& p) const = 0;
+    virtual void launch(const ForwardLaunch& l) const = 0;
+};
+
+// The kernel source of a plan: its family's stub, rendered.
+render::RenderedSource render_plan(const plan::KernelPlan& p);
+
+// The three forward families.
+const ForwardFamily& fwd_mma();      // mma.sync m16n8k16, every arch (fwd/mma.cuh)
+const ForwardFamily& fwd_sm90();     // Hopper wgmma, every warp loads and computes (fwd/sm90.cuh)
+const ForwardFamily& fwd_sm90_ws();  // Hopper wgmma, producer warpgroup with TMA, consumers overlap (fwd/sm90_ws.cuh)
+const ForwardFamily* forward_family(const std::string& name);  // nullptr when unknown
+
+// ---- pieces every forward family shares ----------------------------------------------------------------------------
+
+inline constexpr const char* kForwardEntry = "rtattn_fwd_kernel";
+
+// The traits every forward template reads: head dims and pads, dtype, mask, tile, vector widths.
+std::vector<render::Trait> common_traits(const plan::KernelPlan& p);
+// A stub spec with the program name, the plan comment and the common traits filled in; the family adds the rest.
+render::StubSpec forward_stub(const plan::KernelPlan& p, const char* header, const char* shape, const char* param,
+                              const char* kernel_fn);
+// The parameter block every forward kernel starts with.
+FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a);
+// Grid: x = query block, y = query head, z = batch; one launch of the module's first entry.
+void launch_forward_grid(const ForwardLaunch& l, void* params);
+
+}  // namespace rtattn::kernels

@@ -1,0 +1,189 @@
+// The forward tile table: which kernel family and tiles serve a head dim on an arch, with the measurement behind
+// each row; and the tile override that replaces a row for timing variants.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "common/geometry.h"
+#include "kernels/forward.hpp"
+#include "plan/forward_tiles.hpp"
+#include "rtattn/errors.hpp"
+#include "util/text.hpp"
+
+namespace rtattn::plan {
+
+namespace {
+
+struct TileRow {
+    const kernels::ForwardFamily& (*family)();
+    int max_pad;  // largest padded head dim (the larger of the QK and V pads) the row serves
+    int block_m;  // query rows per CTA = warps * m_tiles * 16
+    int block_n;  // keys per K/V tile
+    int warps;    // MMA warps (a producer warpgroup comes on top)
+    int m_tiles = 1;           // fwd_mma: 16-row MMA tiles per warp: more reuse each K/V fragment, at a register cost
+    int stages = 2;            // K/V ring depth
+    bool q_in_regs = false;    // fwd_mma: Q fragments loaded once into registers (vs. re-read every K tile)
+    bool swizzle = false;      // Hopper: swizzled column panels (else interleaved 8x8 cores throughout)
+    bool ping_pong = false;    // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
+    int pv_step = 8;           // head_dim_v is padded to a multiple of this: 8 (the MMA's n step), or 16
+    const char* why;
+};
+
+using kernels::fwd_mma;
+using kernels::fwd_sm90_ws;
+
+// Rows were chosen by timing candidates on an H200 (tools/bench/tile_sweep.sh, bf16, S=16k; docs/PERFORMANCE.md).
+// The first row whose family the arch can run and whose max_pad covers the head dim wins.
+constexpr TileRow kTiles[] = {
+    // sm_90a: wgmma. A producer warpgroup streams K/V tiles (TMA where the layout allows, else cp.async) while
+    // 64-row consumer warpgroups overlap the softmax of block j with the PV of block j-1; ping-pong also has the
+    // consumer warpgroups take turns on the tensor cores. Figures: H200, bf16, S=16k, non-causal/causal TFLOPS.
+    {.family = fwd_sm90_ws, .max_pad = 64, .block_m = 192, .block_n = 128, .warps = 12, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, d<=64: three consumer warpgroups (192 rows) halve K/V traffic per FLOP: 526/495 TFLOPS at d64 vs "
+            "427/400 with 128 rows and 367/358 with 64-key tiles"},
+    {.family = fwd_sm90_ws, .max_pad = 96, .block_m = 128, .block_n = 128, .warps = 8, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, d<=96: 128x128 tiles, 562/518 TFLOPS at d96 vs 475/444 with 64-key tiles; 192 rows spill at 160 "
+            "registers"},
+    {.family = fwd_sm90_ws, .max_pad = 112, .block_m = 128, .block_n = 128, .warps = 8, .swizzle = true,
+     .ping_pong = true, .why = "sm_90a, 96<d<=112: as d<=96; d100 (split rows) 468/462 TFLOPS vs 419/392 without turn-taking"},
+    {.family = fwd_sm90_ws, .max_pad = 128, .block_m = 128, .block_n = 128, .warps = 8, .swizzle = true,
+     .pv_step = 16,
+     .why = "sm_90a, d<=128: 128x128 tiles without turn-taking, 674/631 TFLOPS at d128 vs 611/628 with it, 626/633 "
+            "with 3 stages, 525/520 with 64-key tiles, 379/355 with 176 keys (spills). V padded to 16: d120 as one "
+            "128-wide PV chunk ran 566/584 TFLOPS vs 461/432 as four (64+32+16+8); elsewhere 16 did not pay (d132 "
+            "543/554 vs 565/556)"},
+    {.family = fwd_sm90_ws, .max_pad = 144, .block_m = 128, .block_n = 128, .warps = 8, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, 128<d<=144: 128x128 tiles with turn-taking, d132 (split rows) 544-558/567-578 TFLOPS vs 546-570/"
+            "556-561 without (a tie, kept for causal); 64-key tiles 460/451, 96 keys x 3 stages 468/475"},
+    {.family = fwd_sm90_ws, .max_pad = 160, .block_m = 128, .block_n = 128, .warps = 8, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, 128<d<=160: 128x128 tiles, 678/655 TFLOPS at d160 vs 609/582 with 96 keys, 561/538 with 64"},
+    {.family = fwd_sm90_ws, .max_pad = 192, .block_m = 128, .block_n = 112, .warps = 8, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, d<=192: 112-key tiles (fewer where a 1024-byte tile alignment needs it), 663/609 TFLOPS at d192 "
+            "vs 620/606 with 96 keys and 629/578 with 64"},
+    {.family = fwd_sm90_ws, .max_pad = 256, .block_m = 128, .block_n = 64, .warps = 8, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, d<=256: 64-key tiles leave registers for O (128 fp32/thread): 699/610 TFLOPS at d256 vs 670/614 "
+            "without turn-taking and 648/583 with 80 keys (spills when causal)"},
+    // Every arch: mma.sync m16n8k16.
+    {.family = fwd_mma, .max_pad = 64, .block_m = 128, .block_n = 64, .warps = 4, .m_tiles = 2, .q_in_regs = true,
+     .why = "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
+    {.family = fwd_mma, .max_pad = 144, .block_m = 128, .block_n = 128, .warps = 8, .q_in_regs = true,
+     .why = "d<=144: 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments in registers; 128-key tiles halve "
+            "the per-tile softmax and barrier overhead (+12% over 64 at d128)"},
+    {.family = fwd_mma, .max_pad = 192, .block_m = 128, .block_n = 64, .warps = 8,
+     .why = "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
+    {.family = fwd_mma, .max_pad = 256, .block_m = 128, .block_n = 64, .warps = 8,
+     .why = "d<=256: O needs 128 fp32/thread; 8 warps x 16 rows with Q in shared memory stay spill-free and beat "
+            "FA2's 64x64/4-warp shape by 30% on Hopper"},
+};
+
+// Why a head dim has no TMA path on Hopper: packed [B, S, H, D] heads then start off 16-byte boundaries (a head dim
+// not a multiple of 8), unless the producer splits rows (32k+4).
+bool tma_addressable(const KernelPlan& p) {
+    return (p.vec_qk == 8 && p.vec_v == 8) || geometry::split_rows_fit(p.head_dim_qk, p.head_dim_v);
+}
+
+}  // namespace
+
+void choose_forward_tile(KernelPlan& p, const arch::Arch& a) {
+    const int widest = std::max(p.pad_qk, p.pad_v);
+    const TileRow* row = nullptr;
+    for (const auto& r : kTiles)
+        if (r.family().runs_on(a) && widest <= r.max_pad) {
+            row = &r;
+            break;
+        }
+    if (!row)
+        throw ConfigError("head_dim_qk", fmt::format("padded width {} has no tile row; allowed head dims 1..{}",
+                                                     widest, AttentionConfig::kMaxHeadDim));
+    p.family = &row->family();
+    p.block_m = row->block_m;
+    p.block_n = row->block_n;
+    p.warps = row->warps;
+    p.m_tiles = row->m_tiles;
+    p.stages = row->stages;
+    p.q_in_regs = row->q_in_regs;
+    p.swizzle = row->swizzle;
+    p.ping_pong = row->ping_pong;
+    p.pv_step = row->pv_step;
+    p.pad_v = geometry::round_up(p.head_dim_v, p.pv_step);  // the row's max_pad is a multiple of 16: still covered
+    p.wide_v = true;  // a request: the family keeps it only where it applies
+    p.reason = row->why;
+    if (p.family == &fwd_sm90_ws() && !tma_addressable(p)) {
+        // No TMA: the warp-specialized kernel on cp.async ran slower than the cooperative kernel (d132: 243 vs 253
+        // TFLOPS; d100: 146).
+        p.family = &kernels::fwd_sm90();
+        p.ping_pong = false;
+        p.reason += "; head dim not a multiple of 8 (no TMA): cooperative kernel";
+        if (p.block_m > 128) {  // 192 rows spill in the cooperative kernel; its own d<=64 tile ran 272/272 TFLOPS
+            // Swizzled tiles kept: d63 98/92 TFLOPS vs 98/65 interleaved, d60 210/201 vs 221/204.
+            p.block_m = 128, p.warps = 8, p.block_n = 64;
+            p.reason += ", 128x64 tiles";
+        } else {
+            // 128-key tiles: interleaved beats swizzled on cp.async, d140 262/243 vs 187/178, d108 242/235 vs 169/163.
+            p.swizzle = false;
+            p.reason += ", interleaved tiles";
+        }
+    }
+}
+
+void apply_tile_override(KernelPlan& p, const std::string& text, const std::string& field) {
+    static constexpr const char* kFields[] = {"block_m",   "block_n",  "warps",   "m_tiles", "stages",
+                                              "q_in_regs", "schedule", "swizzle", "pv_step", "wide_v"};
+    const bool hopper = p.family != &fwd_mma();
+    const int schedule = p.family == &fwd_sm90_ws() ? (p.ping_pong ? 2 : 1) : 0;
+    int v[10] = {0, 0, 0, 0, 0, 0, schedule, p.swizzle ? 1 : 0, p.pv_step, p.wide_v ? 1 : 0};
+    // Every field a whole decimal number that fits, nothing after the last: a typo is an error, never a default.
+    std::size_t n = 0, at = 0;
+    for (; at <= text.size() && n < 10; ++n) {
+        const std::size_t end = std::min(text.find(',', at), text.size());
+        const std::string part = text.substr(at, end - at);
+        char* stop = nullptr;
+        errno = 0;
+        const long x = std::strtol(part.c_str(), &stop, 10);
+        if (part.empty() || *stop != '\0' || errno == ERANGE || x < -999 || x > 999)
+            throw ConfigError(field, fmt::format("{} ({}) is not a number in -999..999 in {}", kFields[n],
+                                                 util::quoted(part), util::quoted(text)));
+        v[n] = int(x);
+        at = end + 1;
+    }
+    if (n < 6 || at <= text.size())
+        throw ConfigError(field, fmt::format("{} is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
+                                             "[,schedule[,swizzle[,pv_step[,wide_v]]]]",
+                                             util::quoted(text)));
+    const auto [bm, bn, w, mt, st, qr, sched, sw, pv, wide] = v;
+    if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
+        throw ConfigError(field, fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
+                                             bm, w, mt));
+    if (bn < 16 || bn > 256 || bn % 16 != 0)
+        throw ConfigError(field, fmt::format("block_n ({}) must be a multiple of 16 in 16..256", bn));
+    if (st < 1 || st > 3) throw ConfigError(field, fmt::format("stages ({}) must be 1..3", st));
+    if (hopper && (mt != 1 || w % 4 != 0 || qr != 0))
+        throw ConfigError(field, "the wgmma kernel needs m_tiles 1, whole warpgroups (warps 4, 8, 12, 16) and Q in "
+                                 "shared memory (q_in_regs 0)");
+    if (sched < 0 || sched > 2 || (sched > 0 && hopper && (w > 12 || st < 2)))
+        throw ConfigError(field, fmt::format("schedule ({}) must be 0..2; 1 and 2 (wgmma only, ignored by mma.sync "
+                                             "plans) need at most 12 MMA warps and 2+ stages",
+                                             sched));
+    if (pv != 8 && pv != 16) throw ConfigError(field, fmt::format("pv_step ({}) must be 8 or 16", pv));
+    for (const auto& [name, flag] : {std::pair{"q_in_regs", qr}, {"swizzle", sw}, {"wide_v", wide}})
+        if (flag != 0 && flag != 1) throw ConfigError(field, fmt::format("{} ({}) must be 0 or 1", name, flag));
+    p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
+    p.pv_step = pv;
+    p.pad_v = geometry::round_up(p.head_dim_v, pv);
+    p.wide_v = wide != 0;
+    // schedule picks the Hopper family: 0 cooperative, 1 warp-specialized, 2 warp-specialized with ping-pong.
+    if (hopper) p.family = sched == 0 ? &kernels::fwd_sm90() : &fwd_sm90_ws();
+    p.ping_pong = hopper && sched == 2;
+    p.swizzle = hopper && sw != 0;
+    p.reason = fmt::format("{} override ({})", field, util::escaped(text));
+}
+
+}  // namespace rtattn::plan

@@ -1,0 +1,15 @@
+// The forward operation's tile table (forward_tiles.cpp).
+#pragma once
+#include <string>
+
+#include "arch/arch.hpp"
+#include "plan/plan.hpp"
+
+namespace rtattn::plan {
+
+// Fills the plan's family and tile fields (and reason) from the first row that serves its padded head dims on `a`.
+void choose_forward_tile(KernelPlan& p, const arch::Arch& a);
+// Replaces them with a tile given as text (PlanOptions::tile_override); errors name `field`.
+void apply_tile_override(KernelPlan& p, const std::string& text, const std::string& field);
+
+}  // namespace rtattn::plan

@@ -1,0 +1,65 @@
+// The forward epilogue: normalize O by the row sums, stage it in shared memory, write LSE, then store whole rows
+// with full-width vectors.
+#pragma once
+#include "common/softmax.cuh"
+#include "common/params.h"
+
+namespace rtattn {
+namespace detail {
+
+template <int kElems> struct VecOf;
+struct alignas(16) Vec16 { u32 w[4]; };
+struct alignas(8) Vec8 { u32 w[2]; };
+template <> struct VecOf<8> { typedef Vec16 type; };
+template <> struct VecOf<4> { typedef Vec8 type; };
+template <> struct VecOf<2> { typedef u32 type; };
+template <> struct VecOf<1> { typedef u16 type; };
+
+// Epilogue, part 1 (per warp): normalize this warp's rows, write them as 16-bit into the row-major staging tile
+// sO (row stride kStrideO) and write LSE. Rows with no visible key get O = 0 and LSE = +inf, as FlashAttention.
+// warp_row0: the warp's first row inside the CTA tile.
+template <bool kBF16, int kMT, int kNV, int kStrideO>
+__device__ __forceinline__ void normalize_and_stage(const FwdParams& p, float (&acc_o)[kMT][kNV][4],
+                                                    const float (&row_max)[kMT][2], const float (&row_sum)[kMT][2],
+                                                    u16* sO, int warp_row0, int q0, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float sum = quad_sum(row_sum[mt][h]);
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            const int r = warp_row0 + mt * 16 + (lane >> 2) + h * 8;
+#pragma unroll
+            for (int nb = 0; nb < kNV; ++nb) {
+                const u32 v = ptx::pack2<kBF16>(acc_o[mt][nb][2 * h] * inv, acc_o[mt][nb][2 * h + 1] * inv);
+                *reinterpret_cast<u32*>(sO + r * kStrideO + nb * 8 + 2 * (lane & 3)) = v;
+            }
+            if (p.lse != nullptr && (lane & 3) == 0 && q0 + r < p.seqlen_q) {
+                const float lse = sum > 0.f ? row_max[mt][h] * p.scale + logf(sum) : __int_as_float(0x7f800000);
+                p.lse[((long long)blockIdx.z * p.heads_q + blockIdx.y) * p.seqlen_q + q0 + r] = lse;
+            }
+        }
+    }
+}
+
+// Epilogue, part 2 (whole CTA, after a barrier): copy the staged tile to global memory with full-width vectors.
+// rot (a multiple of kVecV): staged column c is output element (c + rot) mod kHeadDimV (split-row TMA layout).
+template <int kBlockM, int kHeadDimV, int kVecV, int kStrideO, int kThreads>
+__device__ __forceinline__ void store_tile(const FwdParams& p, const u16* sO, int q0, int tid, int rot = 0) {
+    using OVec = typename VecOf<kVecV>::type;
+    constexpr int kPerRow = kHeadDimV / kVecV;
+    u16* gO = static_cast<u16*>(p.o) + blockIdx.z * p.o_batch_stride + blockIdx.y * p.o_head_stride +
+              (long long)q0 * p.o_seq_stride;
+    const int valid_rows = p.seqlen_q - q0;
+    for (int i = tid; i < kBlockM * kPerRow; i += kThreads) {
+        const int r = i / kPerRow;
+        const int c = (i - r * kPerRow) * kVecV;
+        const int c_dst = c + rot < kHeadDimV ? c + rot : c + rot - kHeadDimV;
+        if (r < valid_rows)
+            *reinterpret_cast<OVec*>(gO + r * p.o_seq_stride + c_dst) =
+                *reinterpret_cast<const OVec*>(sO + r * kStrideO + c);
+    }
+}
+
+}  // namespace detail
+}  // namespace rtattn

@@ -1,0 +1,78 @@
+// Geometry rules stated once for the host and the kernels: NVRTC compiles this file into every kernel and src/
+// includes it (planning, TMA maps), so shared-memory sizes, strides and panel splits cannot drift between the two.
+// Plain constexpr C++ and no headers; a CUDA compiler sees the functions as __host__ __device__ (NVRTC's
+// -default-device would make them device functions anyway; nvcc, compiling `rtattn render --out-dir`, needs it said).
+#pragma once
+
+#if defined(__CUDACC__)
+#define RTATTN_GEOMETRY __host__ __device__ constexpr
+#else
+#define RTATTN_GEOMETRY constexpr
+#endif
+
+namespace rtattn {
+namespace geometry {
+
+RTATTN_GEOMETRY int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// mma.sync tiles (and every kernel's O staging tile) store padded rows: an odd number of 16-byte chunks puts the 8
+// rows an ldmatrix reads in 8 different bank groups, for any head dim (an XOR swizzle needs power-of-two rows).
+RTATTN_GEOMETRY int padded_row(int pad) { return (pad / 8) % 2 == 1 ? pad : pad + 8; }
+
+// Hopper tiles are column panels (sm90::TileLayout): 64-wide ones with the 128-byte swizzle, then at most one each
+// of 32, 16 and 8 columns. Kind 0..3 = width 64, 32, 16, 8: also the index of the panel's TMA map.
+RTATTN_GEOMETRY int panel_width(int kind) { return 64 >> kind; }
+RTATTN_GEOMETRY bool has_panel(int cols, int kind) {
+    return kind == 0 ? cols >= 64 : (cols % 64 & panel_width(kind)) != 0;
+}
+
+// wgmma issues D(64 x N) in column chunks: 128-wide ones, then at most one each of 64, 32, 16 and 8 (N is part of
+// the instruction, and wide chunks re-read A least). Whether N columns have a chunk of `width`:
+RTATTN_GEOMETRY bool has_chunk(int n, int width) { return width == 128 ? n >= 128 : (n % 128 & width) != 0; }
+
+// Wide V tiles keep V in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v.
+RTATTN_GEOMETRY int v_tile_cols(int pad_v, bool wide_v) { return wide_v ? round_up(pad_v, 64) : pad_v; }
+
+// Swizzle atoms (and TMA boxes with a swizzle) start 1024-byte aligned, so every swizzled tile must be a multiple of
+// 1024 bytes.
+RTATTN_GEOMETRY bool swizzle_aligned(int rows, int cols) { return rows * cols * 2 % 1024 == 0; }
+
+// Split rows: packed heads of width 32k+4 start alternately 16- and 8-byte aligned, which TMA cannot address. TMA
+// moves the 16-byte aligned d-4 columns of each row and the producer threads the other kSplitTail.
+constexpr int kSplitTail = 4;
+RTATTN_GEOMETRY bool split_rows_fit(int d_qk, int d_v) {
+    return d_qk >= 36 && d_qk % 32 == 4 && d_v >= 36 && d_v % 32 == 4;
+}
+
+// A forward kernel's shared memory: Q (block_m rows), a ring of `stages` K and V tiles (block_n rows), and the O
+// staging tile of the epilogue (block_m padded rows), which reuses the same bytes. Sizes in 16-bit elements.
+RTATTN_GEOMETRY int fwd_tile_bytes(int q_elems, int k_elems, int v_elems, int o_elems, int stages) {
+    const int main_elems = q_elems + stages * (k_elems + v_elems);
+    return 2 * (main_elems > o_elems ? main_elems : o_elems);
+}
+
+// mma.sync forward (fwd/mma.cuh): every tile in padded rows.
+RTATTN_GEOMETRY int fwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
+    return fwd_tile_bytes(block_m * padded_row(pad_qk), block_n * padded_row(pad_qk), block_n * padded_row(pad_v),
+                          block_m * padded_row(pad_v), stages);
+}
+
+// Hopper forward (fwd/sm90.cuh): Q/K/V as packed panels or cores, no row padding.
+RTATTN_GEOMETRY int fwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wide_v) {
+    return fwd_tile_bytes(block_m * pad_qk, block_n * pad_qk, block_n * v_tile_cols(pad_v, wide_v),
+                          block_m * padded_row(pad_v), stages);
+}
+
+// The warp-specialized Hopper forward (fwd/sm90_ws.cuh) adds its K/V ring's mbarriers after the tiles: full and
+// empty, for K and for V, per slot, 8 bytes each.
+RTATTN_GEOMETRY int kv_ring_barriers(int stages) { return 4 * stages; }
+RTATTN_GEOMETRY int fwd_sm90_ws_barrier_offset(int tile_bytes) { return round_up(tile_bytes, 8); }
+RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wide_v) {
+    return fwd_sm90_ws_barrier_offset(fwd_sm90_smem_bytes(pad_qk, pad_v, block_m, block_n, stages, wide_v)) +
+           8 * kv_ring_barriers(stages);
+}
+
+}  // namespace geometry
+}  // namespace rtattn
+
+#undef RTATTN_GEOMETRY

@@ -1,0 +1,46 @@
+// Global-to-shared tile loads in padded rows (the mma.sync kernel) and the zeroing of padded columns (every kernel:
+// the MMA reads them, so they must hold exact zeros).
+#pragma once
+#include "common/ptx.cuh"
+
+namespace rtattn {
+namespace detail {
+
+using ptx::u16;
+
+// Copies `rows` x kHeadDim elements (row r at g + r*row_stride) into shared memory at offset(r, c) (elements).
+// Rows at or beyond `valid_rows` become zeros (cp.async zero-fill), so 0 * garbage never reaches PV.
+template <int kRows, int kHeadDim, int kVec, int kThreads, class Offset>
+__device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_stride, int valid_rows, int tid,
+                                          Offset offset) {
+    constexpr int kPerRow = kHeadDim / kVec;
+    constexpr int kTotal = kRows * kPerRow;
+#pragma unroll 4
+    for (int i = tid; i < kTotal; i += kThreads) {
+        const int r = i / kPerRow;
+        const int c = (i - r * kPerRow) * kVec;
+        const bool valid = r < valid_rows;
+        const u16* src = valid ? g + r * row_stride + c : g;
+        if constexpr (kVec >= 2) {
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + offset(r, c)), src, valid);
+        } else {
+            // Odd head dims: a row is not 4-byte aligned, cp.async cannot move it; a plain load is the only choice.
+            s[offset(r, c)] = valid ? *src : u16(0);
+        }
+    }
+}
+
+// Zeroes columns [kHeadDim, kPad) of `rows` rows: the MMA reads them, so they must hold exact zeros.
+template <int kRows, int kHeadDim, int kPad, int kThreads, class Offset>
+__device__ __forceinline__ void zero_pad_cols(u16* s, int tid, Offset offset) {
+    if constexpr (kPad > kHeadDim) {
+        constexpr int kW = kPad - kHeadDim;
+        for (int i = tid; i < kRows * kW; i += kThreads) {
+            const int r = i / kW;
+            s[offset(r, kHeadDim + (i - r * kW))] = u16(0);
+        }
+    }
+}
+
+}  // namespace detail
+}  // namespace rtattn

@@ -1,0 +1,48 @@
+// Which keys a query block sees: the key-block range of a CTA and the masks of the blocks that straddle the
+// sequence end or the causal diagonal. Causal alignment is bottom-right throughout.
+#pragma once
+#include "common/softmax.cuh"
+
+namespace rtattn {
+namespace detail {
+
+// Causal alignment is bottom-right: query i sees keys j <= i + (seqlen_k - seqlen_q), as FlashAttention 2.1+.
+template <bool kCausal, int kBlockM, int kBlockN>
+__device__ __forceinline__ int kv_block_count(int q0, int seqlen_q, int seqlen_k) {
+    int n = (seqlen_k + kBlockN - 1) / kBlockN;
+    if constexpr (kCausal) {
+        const int last_visible = q0 + kBlockM - 1 + seqlen_k - seqlen_q;  // last key the block's last row may see
+        const int causal_blocks = last_visible < 0 ? 0 : last_visible / kBlockN + 1;
+        n = causal_blocks < n ? causal_blocks : n;
+    }
+    return n;
+}
+
+// Masks the key tail and, when causal, keys right of the diagonal; only called for blocks that need it.
+// row0: the query row of this warp's first 16-row tile.
+template <bool kCausal, int kMT, int kNB>
+__device__ __forceinline__ void mask_scores(float (&s)[kMT][kNB][4], int n0, int row0, int lane, int seqlen_q,
+                                            int seqlen_k) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = n0 + nb * 8 + 2 * (lane & 3) + (e & 1);
+                const int row = row0 + mt * 16 + (lane >> 2) + (e >> 1) * 8;
+                bool masked = col >= seqlen_k;
+                if constexpr (kCausal) masked = masked || col > row + seqlen_k - seqlen_q;
+                if (masked) s[mt][nb][e] = neg_inf();
+            }
+}
+
+template <bool kCausal, int kBlockM, int kBlockN>
+__device__ __forceinline__ bool block_needs_mask(int n0, int q0, int seqlen_q, int seqlen_k) {
+    bool need = n0 + kBlockN > seqlen_k;
+    if constexpr (kCausal) need = need || (n0 + kBlockN - 1 > q0 + seqlen_k - seqlen_q);
+    return need;
+}
+
+}  // namespace detail
+}  // namespace rtattn

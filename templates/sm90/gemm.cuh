@@ -1,0 +1,89 @@
+// The forward pass's two GEMMs as warpgroup MMAs: QK^T with Q and K from shared memory, PV with P from registers
+// and V read transposed, both issued in column chunks as wide as wgmma allows.
+#pragma once
+#include "common/geometry.h"
+#include "common/softmax.cuh"
+#include "common/wgmma.cuh"
+#include "sm90/tile_layout.cuh"
+
+namespace rtattn {
+namespace sm90 {
+
+using detail::u16;
+using detail::u32;
+
+// Issues D(64 x kN) (+)= A * B as column chunks of width 128, then at most one each of 64, 32, 16, 8: wgmma's N is
+// part of the instruction, and wide chunks re-read A least.
+template <int kN, bool kBF16, class Issue>
+__device__ __forceinline__ void for_each_chunk(Issue issue) {
+    // The renderer writes wrappers for exactly these widths (geometry::has_chunk), so only they are instantiated.
+    constexpr int k128 = kN / 128, r = kN % 128;
+    if constexpr (geometry::has_chunk(kN, 128)) {
+#pragma unroll
+        for (int i = 0; i < k128; ++i) issue(wgmma::Mma<128, kBF16>(), i * 128);
+    }
+    constexpr int c64 = k128 * 128, c32 = c64 + (r & 64), c16 = c32 + (r & 32), c8 = c16 + (r & 16);
+    if constexpr (geometry::has_chunk(kN, 64)) issue(wgmma::Mma<64, kBF16>(), c64);
+    if constexpr (geometry::has_chunk(kN, 32)) issue(wgmma::Mma<32, kBF16>(), c32);
+    if constexpr (geometry::has_chunk(kN, 16)) issue(wgmma::Mma<16, kBF16>(), c16);
+    if constexpr (geometry::has_chunk(kN, 8)) issue(wgmma::Mma<8, kBF16>(), c8);
+}
+
+// Keeps the compiler from touching accumulator or operand registers across the asynchronous wgmma window.
+template <int kN>
+__device__ __forceinline__ void fence_regs(float* r) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void fence_regs(u32* r) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// One warpgroup's S(64 x kBlockN) = Q K^T: A = Q rows [q_row0, q_row0 + 64), B = K, both K-major. Issued and
+// committed as one wgmma group; the caller fences before and waits after. (Q is always read through a descriptor:
+// a variant with Q in registers gave wrong results on an H200 for some shapes, d64 with 64-key tiles and d128 with
+// 128-key tiles, and was removed.)
+template <class T>
+__device__ __forceinline__ void issue_qk(float (&s)[1][T::kBlockN / 8][4], u32 q_addr, int q_row0, u32 k_addr) {
+    using LQ = TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
+    using LK = TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
+#pragma unroll
+    for (int kk = 0; kk < T::kPadQK / 16; ++kk) {
+        const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
+        for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
+            mma.ss(&s[0][c0 / 8][0], a, LK::k_major(k_addr, c0, kk), kk > 0);
+        });
+    }
+    wgmma::commit();
+}
+
+// O(64 x kPadV) += P V: A = P from registers, B = V read transposed (N-major). One committed group.
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&acc)[1][T::kPadV / 8][4], const u32 (&pa)[T::kBlockN / 16][4],
+                                         u32 v_addr) {
+    using LV = VLayout<T>;
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        if constexpr (T::kWideV) {
+            // One instruction per k-step; widths other than 8/16/32/64/128 come from the rendered source.
+            wgmma::Mma<T::kPadV, T::kBF16>::template rs<true>(&acc[0][0][0], pa[kk], LV::n_major(v_addr, kk), 1);
+        } else {
+            for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
+                mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
+            });
+        }
+    }
+    wgmma::commit();
+}
+
+// P (the softmaxed scores) as wgmma A fragments, 16 keys per k-step.
+template <class T>
+__device__ __forceinline__ void pack_p(const float (&s)[1][T::kBlockN / 8][4], u32 (&pa)[T::kBlockN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < T::kBlockN / 16; ++kk) detail::pack_p<T::kBF16>(s[0], kk, pa[kk]);
+}
+
+}  // namespace sm90
+}  // namespace rtattn
