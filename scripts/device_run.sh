@@ -19,8 +19,8 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   grep -iE "cases|worst|skipped" build-dev/Testing/Temporary/LastTest.log | head -30
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  build-dev/tools/rtattn bench --seqlens ${SEQS:-4096,16384} --json "$out/ours.json" 2>&1 | tee "$out/ours.txt"
-  build-dev/tools/rtattn bench --latency --head-dims 128,132 --json "$out/latency.json" 2>&1 | tee -a "$out/ours.txt"
+  build-dev/tools/rtattn bench --seqlens ${SEQS:-4096,16384} --json-out "$out/ours.json" 2>&1 | tee "$out/ours.txt"
+  build-dev/tools/rtattn bench --latency --head-dim 128,132 --json-out "$out/latency.json" 2>&1 | tee -a "$out/ours.txt"
   if [ -f .devbuild/peers.py ]; then
     PYTHONUNBUFFERED=1 FLEX=0 SEQS=${SEQS:-4096,16384} OUT="$out" python3 .devbuild/peers.py 2>&1 | tee "$out/peers.txt"
     python3 tools/bench/compare.py "$out/ours.json" "$out/peers.json" | tee "$out/compare.md"

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Side-by-side table of `rtattn bench --json` and peers.py's peers.json (same device command): TFLOPS and ratios.
-Usage: compare.py OURS.json PEERS.json  -> markdown table on stdout."""
+"""Side-by-side table of `rtattn bench --json-out` and peers.py's peers.json (same device command): TFLOPS and
+ratios. Usage: compare.py OURS.json PEERS.json  -> markdown table on stdout."""
 import json
 import sys
 
 
 def main(ours_path, peers_path):
     ours = json.load(open(ours_path))
+    ours = ours["results"] if isinstance(ours, dict) else ours  # schema 2 wraps the rows; older files are the rows
     peers = {(r["d"], r["S"], r["causal"]): r for r in json.load(open(peers_path))}
     print("| d | S | BxH | causal | ours | flash | cuDNN | ours/flash | ours/cuDNN | kernel |")
     print("|---|---|---|---|---|---|---|---|---|---|")

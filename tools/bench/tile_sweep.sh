@@ -8,7 +8,7 @@ shift
 for spec in "$@"; do
   d=${spec%%:*}
   for tile in ${spec#*:}; do
-    RTATTN_TILE=$tile "$bin" bench --head-dims "$d" --seqlens "${SEQ:-16384}" --reps 20 2>&1 |
+    RTATTN_TILE=$tile "$bin" bench --head-dim "$d" --seqlens "${SEQ:-16384}" --reps 20 2>&1 |
       awk -v t="$tile" 'NR > 2 { print t, $0 }'
   done
 done
