@@ -279,6 +279,15 @@ TEST_CASE("rtattn render --out-dir writes files nvcc compiles as they are", "[cl
     }
 }
 
+TEST_CASE("rtattn render --cubin writes the compiled cubin", "[cli]") {
+    const Cli cli;
+    const fs::path out = cli.scratch.path() / "k.cubin";
+    REQUIRE(cli("render --head-dim 64 --arch sm_80 --cubin '" + out.string() + "'").code == 0);
+    const std::string bytes = rtattn::test::read_file(out);
+    CHECK(bytes.size() > 1000);
+    CHECK(bytes.substr(0, 4) == "\x7f" "ELF");
+}
+
 TEST_CASE("rtattn prune --dry-run lists what would go and removes nothing; --json", "[cli]") {
     const Cli cli;
     REQUIRE(cli("precompile --head-dim 64 --dtype bf16 --causal both --arch sm_80").code == 0);

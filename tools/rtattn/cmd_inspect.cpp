@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 struct RenderArgs {
     ConfigFlagOptions config;
     bool verbose = false;
-    std::string out_dir;
+    std::string out_dir, cubin;
 };
 
 // The Runtime's resolver, built from the same options, without the Runtime's cache.
@@ -49,6 +49,12 @@ int write_sources(const Resolved& r, const std::string& dir) {
 int render(const GlobalOptions& g, const RenderArgs& a) {
     const auto r = resolve_one(g, single_config(a.config.get()));
     if (!a.out_dir.empty()) return write_sources(*r, a.out_dir);
+    if (!a.cubin.empty()) {  // for cuobjdump, or tools/bench/cubin_code.py comparing two builds
+        const auto out = compile::compile(r->source, r->config.arch);
+        write_file(a.cubin, out.cubin);
+        fmt::print("wrote {} ({} bytes, {} for {})\n", a.cubin, out.cubin.size(), r->config.describe(), r->config.arch);
+        return kOk;
+    }
     fmt::print("{}", r->source.full_text());
     if (!a.verbose) return kOk;
     // Appended as comments, so the output stays a valid CUDA file when redirected.
@@ -174,6 +180,7 @@ void add_inspect_commands(CLI::App& app, const GlobalOptions& g, Action& action)
                          "also compile with NVRTC and report registers, spills, stack, barriers, shared memory, time");
     render_cmd->add_option("--out-dir", r->out_dir, "write the stub and its headers as files nvcc compiles as they are")
         ->type_name("DIR");
+    render_cmd->add_option("--cubin", r->cubin, "compile with NVRTC and write the cubin to FILE")->type_name("FILE");
     render_cmd->callback([&action, &g, r] { action = [&g, r] { return render(g, *r); }; });
 
     struct InfoArgs {
