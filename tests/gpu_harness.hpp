@@ -17,7 +17,7 @@
 #include "catch.hpp"
 #include "driver/driver.hpp"
 #include "reference.hpp"
-#include "rtattn/rtattn.hpp"
+#include "core/rtattn.hpp"
 
 namespace rtattn::test::gpu {
 

@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "rtattn/config.hpp"
+#include "core/config.hpp"
 
 namespace rtattn::test {
 

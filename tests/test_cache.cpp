@@ -22,7 +22,7 @@
 #include "cache/cache.hpp"
 #include "cache_testutil.hpp"
 #include "catch.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 #include "testutil.hpp"
 
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include "cache/fsys.hpp"
 #include "cache_testutil.hpp"
 #include "catch.hpp"
-#include "rtattn/rtattn.hpp"
+#include "core/rtattn.hpp"
 #include "testutil.hpp"
 
 namespace fs = std::filesystem;

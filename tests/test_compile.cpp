@@ -10,7 +10,7 @@
 #include "compile/compile.hpp"
 #include "kernels/forward.hpp"
 #include "plan/plan.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 using rtattn::AttentionConfig;
 

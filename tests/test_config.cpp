@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "catch.hpp"
-#include "rtattn/rtattn.hpp"
+#include "core/rtattn.hpp"
 
 using rtattn::AttentionConfig;
 using rtattn::ConfigError;

@@ -7,7 +7,7 @@
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
 #include "plan/plan.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 using rtattn::AttentionConfig;
 using rtattn::plan::KernelPlan;

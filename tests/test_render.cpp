@@ -8,7 +8,7 @@
 #include "catch.hpp"
 #include "kernels/forward.hpp"
 #include "render/render.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 #include "testutil.hpp"
 
 using rtattn::AttentionConfig;

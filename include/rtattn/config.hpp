@@ -1,14 +1,17 @@
-// AttentionConfig: what a caller asks for. Plain data; validate() enforces the ranges.
+// AttentionConfig: what a caller asks for. Plain data; validate() enforces the ranges. Header-only over the C ABI.
 #pragma once
+#include <cmath>
 #include <optional>
 #include <string>
+
+#include "rtattn/errors.hpp"
+#include "rtattn/rtattn.h"
 
 namespace rtattn {
 
 enum class Dtype { fp16, bf16 };
 
-const char* to_string(Dtype d) noexcept;
-Dtype dtype_from_string(const std::string& s);  // throws ConfigError("dtype", ...)
+inline const char* to_string(Dtype d) noexcept { return d == Dtype::bf16 ? "bf16" : "fp16"; }
 
 struct AttentionConfig {
     static constexpr int kMaxHeadDim = 256;
@@ -23,7 +26,7 @@ struct AttentionConfig {
     std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
-    double scale() const;  // the effective softmax scale
+    double scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }
 
     // Throws ConfigError naming the first bad field and its allowed range.
     void validate() const;
@@ -35,11 +38,84 @@ struct AttentionConfig {
     // Short human-readable tag, e.g. "d132 bf16 causal h32:8 sm_90a".
     std::string describe() const;
 
-    bool operator==(const AttentionConfig&) const = default;
+    friend bool operator==(const AttentionConfig& a, const AttentionConfig& b) {
+        return a.head_dim_qk == b.head_dim_qk && a.head_dim_v == b.head_dim_v && a.dtype == b.dtype &&
+               a.causal == b.causal && a.num_heads_q == b.num_heads_q && a.num_heads_kv == b.num_heads_kv &&
+               a.softmax_scale == b.softmax_scale && a.arch == b.arch;
+    }
+    friend bool operator!=(const AttentionConfig& a, const AttentionConfig& b) { return !(a == b); }
 };
 
-// The arch names the library knows, and the compute capability each runs on.
-bool is_known_arch(const std::string& arch) noexcept;
-std::string known_archs();  // "sm_80, sm_86, ..." for error messages
+// The arch names the library knows.
+inline bool is_known_arch(const std::string& arch) noexcept { return rtattn_is_known_arch(arch.c_str()) != 0; }
+inline std::string known_archs() { return detail::str(rtattn_known_archs()); }
+
+// "bf16"/"bfloat16", "fp16"/"float16"/"half"; throws ConfigError("dtype", ...).
+inline Dtype dtype_from_string(const std::string& s) {
+    std::int32_t d = 0;
+    detail::check(rtattn_dtype_from_string(s.c_str(), &d));
+    return d == RTATTN_BF16 ? Dtype::bf16 : Dtype::fp16;
+}
+
+namespace detail {
+
+// The C view of a config; its arch points into `c`, which must outlive it.
+inline rtattn_config to_c(const AttentionConfig& c) {
+    rtattn_config out;
+    rtattn_config_init(&out);
+    out.head_dim_qk = c.head_dim_qk;
+    out.has_head_dim_v = c.head_dim_v.has_value();
+    out.head_dim_v = c.head_dim_v.value_or(0);
+    out.dtype = c.dtype == Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
+    out.causal = c.causal;
+    out.num_heads_q = c.num_heads_q;
+    out.num_heads_kv = c.num_heads_kv;
+    out.has_softmax_scale = c.softmax_scale.has_value();
+    out.softmax_scale = c.softmax_scale.value_or(0);
+    out.arch = c.arch.c_str();
+    return out;
+}
+
+inline AttentionConfig from_c(const rtattn_config& c) {
+    AttentionConfig out;
+    out.head_dim_qk = c.head_dim_qk;
+    if (c.has_head_dim_v) out.head_dim_v = c.head_dim_v;
+    out.dtype = c.dtype == RTATTN_BF16 ? Dtype::bf16 : Dtype::fp16;
+    out.causal = c.causal != 0;
+    out.num_heads_q = c.num_heads_q;
+    out.num_heads_kv = c.num_heads_kv;
+    if (c.has_softmax_scale) out.softmax_scale = c.softmax_scale;
+    out.arch = str(c.arch);
+    return out;
+}
+
+}  // namespace detail
+
+inline void AttentionConfig::validate() const {
+    const rtattn_config c = detail::to_c(*this);
+    detail::check(rtattn_config_validate(&c));
+}
+
+inline std::string AttentionConfig::to_json() const {
+    const rtattn_config c = detail::to_c(*this);
+    return detail::read_text([&](char* b, std::size_t n, std::size_t* need) {
+        return rtattn_config_to_json(&c, b, n, need);
+    });
+}
+
+inline std::string AttentionConfig::describe() const {
+    const rtattn_config c = detail::to_c(*this);
+    return detail::read_text([&](char* b, std::size_t n, std::size_t* need) {
+        return rtattn_config_describe(&c, b, n, need);
+    });
+}
+
+inline AttentionConfig AttentionConfig::from_json(const std::string& json) {
+    rtattn_config c;
+    rtattn_config_init(&c);
+    char arch[64];
+    detail::check(rtattn_config_from_json(json.c_str(), &c, arch, sizeof arch));
+    return detail::from_c(c);
+}
 
 }  // namespace rtattn

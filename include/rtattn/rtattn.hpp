@@ -1,6 +1,7 @@
-// librtattn: attention kernels for any head_dim, rendered from templates, compiled with NVRTC, cached on disk
-// and launched through the CUDA Driver API.
+// librtattn's C++ API (C++17, header-only over the C ABI in rtattn.h): AttentionConfig, Runtime, Kernel and the
+// exceptions. Link the shared library (rtattn::rtattn) or the static one (rtattn::rtattn_static).
 #pragma once
 #include "rtattn/config.hpp"
 #include "rtattn/errors.hpp"
+#include "rtattn/rtattn.h"
 #include "rtattn/runtime.hpp"

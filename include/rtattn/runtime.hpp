@@ -1,4 +1,6 @@
-// Runtime: turns AttentionConfig into a launchable Kernel (plan -> render -> NVRTC -> disk cache -> Driver API).
+// Runtime: turns an AttentionConfig into a launchable Kernel (plan -> render -> NVRTC -> disk cache -> Driver API).
+// Header-only over the C ABI (rtattn.h): nothing here crosses the shared library as a C++ type, so any C++17
+// compiler and either libstdc++ string ABI can use it.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,13 +20,14 @@ enum class LogLevel { quiet, warn, info, debug };
 
 struct RuntimeOptions {
     std::string cache_dir;                // empty: $RTATTN_CACHE_DIR, else $XDG_CACHE_HOME/rtattn, else ~/.cache/rtattn
-    CacheMode mode = CacheMode::jit;
+    CacheMode mode = CacheMode::jit;      // RTATTN_CACHE_ONLY=1 in the environment forces cache_only
     // 0: one per hardware thread, at most 8. Never more than the hardware threads (each NVRTC run can take 100s of
     // MB); Runtime::options() shows the number in effect.
     int max_concurrent_compiles = 0;
     std::uint64_t max_cache_bytes = 2ull << 30;  // disk cap; least recently used entries are evicted past it
-    LogLevel log_level = LogLevel::warn;
-    std::function<void(LogLevel, const std::string&)> log_sink;  // default: stderr with an "rtattn:" prefix
+    LogLevel log_level = LogLevel::warn;  // RTATTN_LOG_LEVEL=quiet|warn|info|debug in the environment replaces it
+    // Default: stderr with an "rtattn:" prefix. Called from whichever thread logs; exceptions it throws are dropped.
+    std::function<void(LogLevel, const std::string&)> log_sink;
     // A cached cubin runs in this process, so by default an entry is loaded only if it and every directory from the
     // cache root down are owned by you or root and writable by nobody else. true (or RTATTN_SHARED_CACHE=1) trusts
     // a team cache that is group-writable on purpose: then anyone who can write it can run code in this process.
@@ -70,7 +73,10 @@ struct ForwardArgs {
     int seqlen_k = 0;
 
     // Fills strides for a contiguous [batch, seq, head, dim] tensor.
-    static TensorArg contiguous(const void* ptr, int seqlen, int heads, int dim);
+    static TensorArg contiguous(const void* ptr, int seqlen, int heads, int dim) {
+        const rtattn_tensor t = rtattn_tensor_contiguous(ptr, seqlen, heads, dim);
+        return TensorArg{t.ptr, t.batch_stride, t.seq_stride, t.head_stride};
+    }
 };
 
 // What the planner chose, for `rtattn info` and logging.
@@ -93,48 +99,166 @@ struct KernelInfo {
     bool from_cache = false;
 };
 
+namespace detail {
+
+inline KernelInfo from_c(const rtattn_kernel_info& i) {
+    KernelInfo out;
+    out.key = str(i.key);
+    out.arch = str(i.arch);
+    PlanSummary& p = out.plan;
+    p.padded_qk = i.padded_qk, p.padded_v = i.padded_v;
+    p.block_m = i.block_m, p.block_n = i.block_n, p.warps = i.warps, p.stages = i.stages;
+    p.smem_bytes = i.smem_bytes;
+    p.vec_qk = i.vec_qk, p.vec_v = i.vec_v;
+    p.useful_flop_fraction = i.useful_flop_fraction;
+    p.kernel = str(i.kernel);
+    p.reason = str(i.reason);
+    out.registers = i.registers, out.spill_bytes = i.spill_bytes;
+    out.from_cache = i.from_cache != 0;
+    return out;
+}
+
+inline rtattn_tensor to_c(const TensorArg& t) { return rtattn_tensor{t.ptr, t.batch_stride, t.seq_stride, t.head_stride}; }
+
+}  // namespace detail
+
 class Kernel {
 public:
     Kernel() = default;
     // Launches on `stream` (a CUstream / cudaStream_t; nullptr = legacy default stream). Never synchronizes or
     // allocates, so it can be captured into a CUDA graph. Throws ArgumentError on a bad argument.
-    void forward(const ForwardArgs& args, void* stream = nullptr) const;
-    const AttentionConfig& config() const;
-    const KernelInfo& info() const;
-    explicit operator bool() const noexcept { return impl_ != nullptr; }
+    void forward(const ForwardArgs& args, void* stream = nullptr) const {
+        rtattn_forward_args a;
+        rtattn_forward_args_init(&a);
+        a.q = detail::to_c(args.q), a.k = detail::to_c(args.k), a.v = detail::to_c(args.v), a.o = detail::to_c(args.o);
+        a.lse = args.lse;
+        a.batch = args.batch, a.seqlen_q = args.seqlen_q, a.seqlen_k = args.seqlen_k;
+        detail::check(rtattn_kernel_forward(handle(), &a, stream));
+    }
+    const AttentionConfig& config() const { return state().config; }  // arch resolved
+    const KernelInfo& info() const { return state().info; }
+    explicit operator bool() const noexcept { return state_ != nullptr; }
+    rtattn_kernel* handle() const noexcept { return state_ ? state_->handle : nullptr; }  // for C calls
 
-    struct Impl;
-    explicit Kernel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 private:
-    std::shared_ptr<const Impl> impl_;
+    friend class Runtime;
+    struct State {
+        rtattn_kernel* handle = nullptr;
+        AttentionConfig config;
+        KernelInfo info;
+        State() = default;
+        State(const State&) = delete;
+        State& operator=(const State&) = delete;
+        ~State() { rtattn_kernel_release(handle); }
+    };
+    const State& state() const {
+        if (!state_) throw ArgumentError("kernel", "is empty (default-constructed); get one from Runtime::get");
+        return *state_;
+    }
+    std::shared_ptr<const State> state_;
 };
 
 class Runtime {
 public:
-    explicit Runtime(RuntimeOptions options = {});
-    ~Runtime();
+    explicit Runtime(RuntimeOptions options = {}) : options_(std::move(options)) {
+        rtattn_runtime_options o;
+        rtattn_runtime_options_init(&o);
+        o.cache_dir = options_.cache_dir.c_str();
+        o.cache_mode = options_.mode == CacheMode::cache_only ? RTATTN_CACHE_ONLY : RTATTN_CACHE_JIT;
+        o.max_concurrent_compiles = options_.max_concurrent_compiles;
+        o.max_cache_bytes = options_.max_cache_bytes;
+        o.log_level = static_cast<std::int32_t>(options_.log_level);
+        if (options_.log_sink) {
+            sink_ = std::make_unique<Sink>(options_.log_sink);
+            o.log_callback = &Runtime::log_trampoline;
+            o.log_user_data = sink_.get();
+        }
+        o.shared_cache = options_.shared_cache;
+        o.lock_timeout_seconds = options_.lock_timeout_seconds;
+        o.tile_override = options_.tile_override.empty() ? nullptr : options_.tile_override.c_str();
+        detail::check(rtattn_runtime_create(&o, &runtime_));
+        // What is in effect: the environment applied, the compile bound resolved.
+        rtattn_runtime_options e;
+        rtattn_runtime_options_init(&e);
+        if (const rtattn_status s = rtattn_runtime_options_get(runtime_, &e); s != RTATTN_OK) {
+            rtattn_runtime_destroy(runtime_);  // the destructor does not run for a constructor that throws
+            detail::throw_last_error(s);
+        }
+        options_.mode = e.cache_mode == RTATTN_CACHE_ONLY ? CacheMode::cache_only : CacheMode::jit;
+        options_.max_concurrent_compiles = e.max_concurrent_compiles;
+        options_.max_cache_bytes = e.max_cache_bytes;
+        options_.log_level = static_cast<LogLevel>(e.log_level);
+        options_.shared_cache = e.shared_cache != 0;
+        options_.lock_timeout_seconds = e.lock_timeout_seconds;
+        options_.tile_override = detail::str(e.tile_override);
+    }
+    ~Runtime() { rtattn_runtime_destroy(runtime_); }
     Runtime(const Runtime&) = delete;
     Runtime& operator=(const Runtime&) = delete;
 
     // Validates, plans, compiles or loads from cache, and loads the module into the current CUDA context
     // (the device's primary context if none is current). Thread-safe.
-    Kernel get(const AttentionConfig& config);
+    Kernel get(const AttentionConfig& config) {
+        const rtattn_config c = detail::to_c(config);
+        auto state = std::make_shared<Kernel::State>();
+        detail::check(rtattn_runtime_get(runtime_, &c, &state->handle));
+        rtattn_config kc;
+        rtattn_config_init(&kc);
+        detail::check(rtattn_kernel_get_config(state->handle, &kc));
+        state->config = detail::from_c(kc);
+        rtattn_kernel_info info;
+        rtattn_kernel_info_init(&info);
+        detail::check(rtattn_kernel_get_info(state->handle, &info));
+        state->info = detail::from_c(info);
+        Kernel k;
+        k.state_ = std::move(state);
+        return k;
+    }
 
     // Makes sure a cubin for `config` (with an explicit arch) is in the disk cache; needs no GPU or driver. Throws
     // CacheError when it was compiled but could not be stored (the message says why; this Runtime still serves it
     // from memory), CacheMissError in cache_only mode when it is not there.
-    KernelInfo precompile(const AttentionConfig& config);
+    KernelInfo precompile(const AttentionConfig& config) {
+        const rtattn_config c = detail::to_c(config);
+        rtattn_kernel_info info;
+        rtattn_kernel_info_init(&info);
+        detail::check(rtattn_runtime_precompile(runtime_, &c, &info));
+        return detail::from_c(info);
+    }
 
-    CacheStats stats() const;
-    const RuntimeOptions& options() const;
+    CacheStats stats() const {
+        rtattn_cache_stats s;
+        rtattn_cache_stats_init(&s);
+        detail::check(rtattn_runtime_stats(runtime_, &s));
+        CacheStats out;
+        out.memory_hits = s.memory_hits, out.disk_hits = s.disk_hits, out.misses = s.misses;
+        out.compiles = s.compiles, out.compile_seconds = s.compile_seconds, out.bad_entries = s.bad_entries;
+        out.evictions = s.evictions, out.bytes_written = s.bytes_written, out.disk_bytes = s.disk_bytes;
+        out.disk_enabled = s.disk_enabled != 0;
+        out.dir = detail::str(s.dir);
+        return out;
+    }
 
-    struct Impl;
-    Impl& impl() { return *impl_; }  // library-internal (the CLI and tests reach the resolver through it)
+    // The options in effect (the environment applied, max_concurrent_compiles resolved).
+    const RuntimeOptions& options() const { return options_; }
+    rtattn_runtime* handle() const noexcept { return runtime_; }  // for C calls
+
 private:
-    std::unique_ptr<Impl> impl_;
+    using Sink = std::function<void(LogLevel, const std::string&)>;
+    static void log_trampoline(void* user, std::int32_t level, const char* message) {
+        try {
+            (*static_cast<Sink*>(user))(static_cast<LogLevel>(level), detail::str(message));
+        } catch (...) {
+            // A logger's failure must not unwind through the library's C frames.
+        }
+    }
+
+    RuntimeOptions options_;
+    std::unique_ptr<Sink> sink_;  // the library calls it until rtattn_runtime_destroy, in ~Runtime's body
+    rtattn_runtime* runtime_ = nullptr;
 };
 
 // Library version string, e.g. "0.1.0".
-const char* version() noexcept;
+inline const char* version() noexcept { return rtattn_version(); }
 
 }  // namespace rtattn

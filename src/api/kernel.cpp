@@ -7,7 +7,7 @@
 
 #include "api/kernel_impl.hpp"
 #include "kernels/forward.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn {
 

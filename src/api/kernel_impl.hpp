@@ -3,7 +3,7 @@
 
 #include "driver/driver.hpp"
 #include "plan/plan.hpp"
-#include "rtattn/runtime.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn {
 

@@ -9,7 +9,7 @@
 #include "compile/compile.hpp"
 #include "driver/driver.hpp"
 #include "kernels/forward.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 #include "util/sha256.hpp"
 
 namespace rtattn {

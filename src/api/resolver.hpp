@@ -8,7 +8,7 @@
 
 #include "plan/plan.hpp"
 #include "render/render.hpp"
-#include "rtattn/runtime.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn {
 

@@ -18,12 +18,13 @@
 #include "compile/compile.hpp"
 #include "kernels/forward.hpp"
 #include "render/render.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
+#include "util/env.hpp"
 #include "util/sha256.hpp"
 
 namespace rtattn {
 
-const char* version() noexcept { return RTATTN_VERSION; }
+const char* core::version() noexcept { return RTATTN_VERSION; }
 
 bool arch_runs_on(const std::string& name, const driver::DeviceInfo& dev) {
     return arch::runs_on(arch::get(name), dev.cc_major, dev.cc_minor);
@@ -43,7 +44,10 @@ RuntimeOptions effective_options(RuntimeOptions o) {
     const int hardware = std::max(1, int(std::thread::hardware_concurrency()));
     o.max_concurrent_compiles =
         o.max_concurrent_compiles == 0 ? std::min(hardware, 8) : std::min(o.max_concurrent_compiles, hardware);
-    o.shared_cache = o.shared_cache || cache::shared_cache_from_env();
+    // A server's operator configures by environment: these override what the program set (README: Environment).
+    if (util::env_flag("RTATTN_CACHE_ONLY").value_or(false)) o.mode = CacheMode::cache_only;
+    if (const auto level = util::env_log_level()) o.log_level = *level;
+    o.shared_cache = o.shared_cache || util::env_flag("RTATTN_SHARED_CACHE").value_or(false);
     return o;
 }
 

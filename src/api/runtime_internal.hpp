@@ -5,7 +5,7 @@
 
 #include "api/resolver.hpp"
 #include "driver/driver.hpp"
-#include "rtattn/runtime.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 #include "util/text.hpp"
 
 namespace rtattn::arch {

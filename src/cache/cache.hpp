@@ -59,8 +59,6 @@ struct CacheRoot {
 };
 CacheRoot default_root();
 std::string default_dir();  // default_root().path
-// RTATTN_SHARED_CACHE: "1" opts in to trusting a group-writable cache (see trust.hpp).
-bool shared_cache_from_env();
 
 struct DiskOptions {
     std::uint64_t max_bytes = 0;  // least recently used entries are evicted past this; 0: no cap

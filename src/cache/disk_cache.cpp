@@ -11,7 +11,7 @@
 #include <ctime>
 
 #include "cache/cache.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 #include "util/text.hpp"
 
 namespace rtattn::cache {
@@ -49,11 +49,6 @@ CacheRoot default_root() {
 }
 
 std::string default_dir() { return default_root().path; }
-
-bool shared_cache_from_env() {
-    const char* v = std::getenv("RTATTN_SHARED_CACHE");
-    return v && std::string_view(v) == "1";
-}
 
 DiskCache::DiskCache(std::string dir, DiskOptions options, util::Logger log)
     : options_(options), log_(std::move(log)) {

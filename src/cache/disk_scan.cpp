@@ -6,7 +6,7 @@
 #include <ctime>
 
 #include "cache/cache.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::cache {
 

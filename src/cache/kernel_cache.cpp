@@ -7,7 +7,7 @@
 #include <future>
 
 #include "cache/cache.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::cache {
 

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cctype>
 
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::compile {
 

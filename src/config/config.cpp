@@ -5,11 +5,11 @@
 
 #include "arch/arch.hpp"
 #include "config/config_json.hpp"
-#include "rtattn/config.hpp"
-#include "rtattn/errors.hpp"
+#include "core/config.hpp"
+#include "core/errors.hpp"
 #include "util/text.hpp"
 
-namespace rtattn {
+namespace rtattn::core {
 
 namespace {
 
@@ -150,4 +150,4 @@ std::string AttentionConfig::describe() const {
                        arch.empty() ? "" : " " + arch);
 }
 
-}  // namespace rtattn
+}  // namespace rtattn::core

@@ -3,13 +3,18 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include "rtattn/config.hpp"
+#include "core/config.hpp"
 
-namespace rtattn {
+namespace rtattn::core {
 
 AttentionConfig config_from_json(const nlohmann::json& j);
 
 // A JSON value as a message shows it: ASCII only, cut after 64 characters with the full length noted.
 std::string json_for_message(const nlohmann::json& v);
 
+}  // namespace rtattn::core
+
+namespace rtattn {
+using core::config_from_json;
+using core::json_for_message;
 }  // namespace rtattn

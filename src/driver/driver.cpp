@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "arch/arch.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::driver {
 

@@ -11,7 +11,7 @@
 #include "driver/driver.hpp"
 #include "plan/plan.hpp"
 #include "render/render.hpp"
-#include "rtattn/runtime.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn::kernels {
 

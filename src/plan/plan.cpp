@@ -8,7 +8,7 @@
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
 #include "plan/forward_tiles.hpp"
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::plan {
 

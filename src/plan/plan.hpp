@@ -3,8 +3,8 @@
 #pragma once
 #include <string>
 
-#include "rtattn/config.hpp"
-#include "rtattn/runtime.hpp"
+#include "core/config.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn::kernels {
 class ForwardFamily;

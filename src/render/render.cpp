@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::render {
 

@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "rtattn/runtime.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn::util {
 

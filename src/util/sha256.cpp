@@ -2,7 +2,7 @@
 
 #include <openssl/evp.h>
 
-#include "rtattn/errors.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::util {
 

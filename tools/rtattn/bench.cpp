@@ -18,7 +18,7 @@
 #include "api/resolver.hpp"
 #include "common.hpp"
 #include "driver/driver.hpp"
-#include "rtattn/rtattn.hpp"
+#include "core/rtattn.hpp"
 
 namespace rtattn::cli {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "rtattn/runtime.hpp"
+#include "core/runtime.hpp"
 
 namespace rtattn::cli {
 

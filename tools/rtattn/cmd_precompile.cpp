@@ -204,6 +204,7 @@ int run(const GlobalOptions& g, const PrecompileArgs& a) {
         fmt::print(stderr, "rtattn {}: {}\n", names[static_cast<int>(l)], m);
     };
     Runtime rt(ro);
+    const bool cache_only = rt.options().mode == CacheMode::cache_only;  // or RTATTN_CACHE_ONLY=1
     const auto stats = rt.stats();
     // A memory-only cache would "succeed" and keep nothing: that is a cache failure, not a precompile.
     if (!stats.disk_enabled)
@@ -216,21 +217,21 @@ int run(const GlobalOptions& g, const PrecompileArgs& a) {
                                                 "hardware thread ({} here), each taking 100s of MB",
                                                 a.jobs, jobs, std::thread::hardware_concurrency()));
     const auto disk = open_disk_cache(g);
-    Progress progress(configs.size(), a.cache_only ? 0 : compile_work(rt, configs, *disk),
-                      log_level(g) != LogLevel::quiet, a.cache_only);
+    Progress progress(configs.size(), cache_only ? 0 : compile_work(rt, configs, *disk),
+                      log_level(g) != LogLevel::quiet, cache_only);
     {
         std::lock_guard<std::mutex> lock(early_mu);
         shown = &progress;
     }
 
     const auto t0 = Clock::now();
-    const auto outcomes = run_precompile(rt, configs, jobs, progress, a.cache_only);
+    const auto outcomes = run_precompile(rt, configs, jobs, progress, cache_only);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     {
         std::lock_guard<std::mutex> lock(early_mu);
         shown = nullptr;
     }
-    print_summary(configs, outcomes, seconds, stats.dir, a.cache_only, a.json);
+    print_summary(configs, outcomes, seconds, stats.dir, cache_only, a.json);
     const bool any_failed = std::any_of(outcomes.begin(), outcomes.end(), [](const Outcome& o) {
         return o.status == Outcome::Status::failed || o.status == Outcome::Status::not_stored;
     });
@@ -251,7 +252,7 @@ void add_precompile(CLI::App& app, const GlobalOptions& g, Action& action) {
                                           "than the hardware threads)")
         ->type_name("N");
     cmd->add_flag("--json", a->json, "print a JSON summary on stdout (progress stays on stderr)");
-    cmd->add_flag("--cache-only", a->cache_only, "compile nothing; only check that every config is cached");
+    cmd->add_flag("--cache-only", a->cache_only, "compile nothing; only check that every config is cached (also RTATTN_CACHE_ONLY=1)");
     cmd->callback([&action, &g, a] { action = [&g, a] { return run(g, *a); }; });
 }
 

@@ -6,15 +6,14 @@
 #include <ctime>
 
 #include "api/resolver.hpp"
+#include "util/env.hpp"
 #include "util/text.hpp"
 
 namespace rtattn::cli {
 
 LogLevel log_level(const GlobalOptions& g) {
-    if (g.log_level == "quiet") return LogLevel::quiet;
-    if (g.log_level == "info") return LogLevel::info;
-    if (g.log_level == "debug") return LogLevel::debug;
-    return LogLevel::warn;
+    if (!g.log_level.empty()) return util::parse_log_level(g.log_level, "--log-level");
+    return util::env_log_level().value_or(LogLevel::warn);
 }
 
 RuntimeOptions runtime_options(const GlobalOptions& g) {
@@ -29,7 +28,7 @@ RuntimeOptions runtime_options(const GlobalOptions& g) {
 std::unique_ptr<cache::DiskCache> open_disk_cache(const GlobalOptions& g) {
     cache::DiskOptions o;
     o.create = false;
-    o.trust.shared = g.shared_cache || cache::shared_cache_from_env();
+    o.trust.shared = g.shared_cache || util::env_flag("RTATTN_SHARED_CACHE").value_or(false);
     return std::make_unique<cache::DiskCache>(g.cache_dir, o, util::Logger(log_level(g), nullptr));
 }
 

@@ -10,7 +10,7 @@
 
 #include "cache/cache.hpp"
 #include "manifest.hpp"
-#include "rtattn/rtattn.hpp"
+#include "core/rtattn.hpp"
 
 namespace rtattn::cli {
 
@@ -23,7 +23,7 @@ inline constexpr int kJsonSchemaVersion = 2;
 
 struct GlobalOptions {
     std::string cache_dir;  // empty: the library's default ($RTATTN_CACHE_DIR, XDG, ~/.cache)
-    std::string log_level = "warn";
+    std::string log_level;  // empty: $RTATTN_LOG_LEVEL, else warn
     bool shared_cache = false;  // or RTATTN_SHARED_CACHE=1
     double lock_timeout = 60;
 };

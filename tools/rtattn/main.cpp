@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     app.add_option("--cache-dir", g.cache_dir, "cache directory (default: $RTATTN_CACHE_DIR, else "
                                                "$XDG_CACHE_HOME/rtattn, else ~/.cache/rtattn)")
         ->type_name("DIR");
-    app.add_option("--log-level", g.log_level, "how much the library logs to stderr (default warn)")
+    app.add_option("--log-level", g.log_level, "how much the library logs to stderr (default: $RTATTN_LOG_LEVEL, else warn)")
         ->check(CLI::IsMember({"quiet", "warn", "info", "debug"}))
         ->type_name("LEVEL");
     app.add_flag("--shared-cache", g.shared_cache,
@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return parse_error_exit(app, e);
     }
+    // The flag wins over the environment, for the library's Runtime too (which reads RTATTN_LOG_LEVEL itself).
+    if (!g.log_level.empty()) setenv("RTATTN_LOG_LEVEL", g.log_level.c_str(), /*overwrite=*/1);
     if (!action) {  // no command: say what there is
         fmt::print("{}", app.help());
         return kOk;

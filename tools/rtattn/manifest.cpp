@@ -216,12 +216,11 @@ void UniqueConfigs::add_all(const std::vector<AttentionConfig>& configs) {
 std::vector<std::string> manifest_dirs() {
     std::vector<std::string> dirs;
     if (const char* env = std::getenv("RTATTN_MANIFEST_DIR"); env && *env) dirs.emplace_back(env);
-#ifdef RTATTN_SOURCE_MANIFEST_DIR
-    dirs.emplace_back(RTATTN_SOURCE_MANIFEST_DIR);
-#endif
-#ifdef RTATTN_INSTALL_MANIFEST_DIR
-    dirs.emplace_back(RTATTN_INSTALL_MANIFEST_DIR);
-#endif
+    // <prefix>/bin/rtattn finds <prefix>/share/rtattn/manifests wherever the prefix was moved; the build tree has
+    // the same shape (tools/rtattn next to share/), and so has the Python package.
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "rtattn" / "manifests").string());
     return dirs;
 }
 

@@ -22,8 +22,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "rtattn/config.hpp"
-#include "rtattn/errors.hpp"
+#include "core/config.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::tool {
 
@@ -91,8 +91,8 @@ std::vector<AttentionConfig> expand_flags(const ConfigFlags& flags, const Expand
 // the first manifest directory that has it. Returns "" when a bare name matches nothing.
 std::string find_manifest(const std::string& name);
 
-// The manifest directories searched, in order: $RTATTN_MANIFEST_DIR, the source tree's cache/ (build time), the
-// installed share/rtattn/manifests.
+// The manifest directories searched, in order: $RTATTN_MANIFEST_DIR, then share/rtattn/manifests beside the
+// executable's directory (<prefix>/bin -> <prefix>/share; the build tree and the Python package have that shape).
 std::vector<std::string> manifest_dirs();
 
 }  // namespace rtattn::tool

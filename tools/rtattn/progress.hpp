@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "rtattn/rtattn.hpp"
+#include "core/rtattn.hpp"
 
 namespace rtattn::cli {
 

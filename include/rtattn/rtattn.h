@@ -1,0 +1,206 @@
+/* librtattn's C ABI: attention kernels for any head_dim, rendered from templates, compiled at run time with NVRTC,
+ * cached on disk and launched through the CUDA Driver API.
+ *
+ * C99. The shared library exports exactly these functions, and no C++ type crosses it: C, C++ (any standard library
+ * ABI), Rust, Go and Python (ctypes) call the same kernels. The C++ API (rtattn/rtattn.hpp) is a header-only layer
+ * over this one.
+ *
+ * Conventions
+ * - Every function that can fail returns an rtattn_status. On failure, rtattn_last_error_message() and the other
+ *   rtattn_last_error_* functions describe the failure for the calling thread until its next call into the library.
+ * - Structs that may grow start with `struct_size`: set it with the matching *_init function (or to sizeof), and
+ *   the library reads and writes only that many bytes. A caller built against an older header keeps working; a
+ *   newer caller's extra fields are refused unless they are zero.
+ * - Strings returned through `const char*` fields or functions stay valid for as long as the object they came from
+ *   (the runtime or the kernel), or, for rtattn_last_error_*, until the thread's next call.
+ * - Nothing here synchronizes a stream or allocates device memory on the launch path: rtattn_kernel_forward can be
+ *   captured into a CUDA graph. */
+#ifndef RTATTN_RTATTN_H
+#define RTATTN_RTATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define RTATTN_API __attribute__((visibility("default")))
+#else
+#define RTATTN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when a function or struct changes incompatibly; adding functions or trailing struct fields does not. */
+#define RTATTN_ABI_VERSION 1
+
+typedef int32_t rtattn_status;
+enum {
+    RTATTN_OK = 0,
+    RTATTN_ERROR_CONFIG = 1,        /* a config field is out of range, or the plan/arch cannot serve it (field) */
+    RTATTN_ERROR_ARGUMENT = 2,      /* a bad call argument: pointer, size, stride, struct_size (field) */
+    RTATTN_ERROR_COMPILE = 3,       /* NVRTC rejected the rendered source (log, options, source) */
+    RTATTN_ERROR_CUDA = 4,          /* a Driver API call failed, or there is no driver or GPU (cuda call, result) */
+    RTATTN_ERROR_CACHE_MISS = 5,    /* cache-only mode and the config is not cached (or its entry was refused) */
+    RTATTN_ERROR_CACHE = 6,         /* the disk cache cannot do what was asked (e.g. a precompiled kernel not stored) */
+    RTATTN_ERROR_OUT_OF_MEMORY = 7, /* host memory */
+    RTATTN_ERROR_INTERNAL = 8       /* a bug in librtattn: the message says where */
+};
+
+enum { RTATTN_FP16 = 0, RTATTN_BF16 = 1 };                      /* rtattn_config.dtype */
+enum { RTATTN_CACHE_JIT = 0, RTATTN_CACHE_ONLY = 1 };           /* rtattn_runtime_options.cache_mode */
+enum { RTATTN_LOG_QUIET = 0, RTATTN_LOG_WARN = 1, RTATTN_LOG_INFO = 2, RTATTN_LOG_DEBUG = 3 };
+
+typedef struct rtattn_runtime rtattn_runtime; /* compiles, caches and loads kernels; thread-safe */
+typedef struct rtattn_kernel rtattn_kernel;   /* one loaded kernel; reference-counted, thread-safe, outlives its runtime */
+
+/* ---- versions and errors ---------------------------------------------------------------------------------------- */
+
+RTATTN_API const char* rtattn_version(void);      /* the library's version, e.g. "0.1.0" */
+RTATTN_API int32_t rtattn_abi_version(void);      /* RTATTN_ABI_VERSION of the library */
+RTATTN_API const char* rtattn_nvrtc_version(void); /* e.g. "13.0" */
+
+RTATTN_API rtattn_status rtattn_last_error(void);         /* the status of the thread's last failed call, or OK */
+RTATTN_API const char* rtattn_last_error_message(void);   /* "" when none */
+RTATTN_API const char* rtattn_last_error_field(void);     /* config and argument errors: e.g. "head_dim_qk", "q.ptr" */
+RTATTN_API const char* rtattn_last_error_log(void);       /* compile errors: the NVRTC log */
+RTATTN_API const char* rtattn_last_error_options(void);   /* compile errors: the NVRTC options */
+RTATTN_API const char* rtattn_last_error_source(void);    /* compile errors: the rendered source */
+RTATTN_API const char* rtattn_last_error_cuda_call(void); /* CUDA errors: the Driver API call */
+RTATTN_API int32_t rtattn_last_error_cuda_result(void);   /* CUDA errors: its CUresult */
+
+/* ---- configs ------------------------------------------------------------------------------------------------------ */
+
+typedef struct rtattn_config {
+    size_t struct_size;
+    int32_t head_dim_qk;       /* 1..256 (default 128) */
+    int32_t has_head_dim_v;    /* 0: head_dim_v is head_dim_qk */
+    int32_t head_dim_v;        /* 1..256 */
+    int32_t dtype;             /* RTATTN_FP16 or RTATTN_BF16 (default) */
+    int32_t causal;            /* 0 or 1; bottom-right aligned when seqlen_q != seqlen_k */
+    int32_t num_heads_q;       /* >= 1 (default 1), a multiple of num_heads_kv */
+    int32_t num_heads_kv;      /* >= 1 (default 1): 1 = MQA, < num_heads_q = GQA */
+    int32_t has_softmax_scale; /* 0: 1/sqrt(head_dim_qk) */
+    double softmax_scale;      /* > 0 and finite */
+    const char* arch;          /* "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL or "" = the current device */
+} rtattn_config;
+
+RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
+/* Checks every field; on failure the last error names the first bad field and its allowed range. */
+RTATTN_API rtattn_status rtattn_config_validate(const rtattn_config* config);
+/* Text outputs: writes at most buf_size bytes (NUL-terminated) and sets *needed to the full length + 1, so a call
+ * with buf_size 0 asks for the size. */
+RTATTN_API rtattn_status rtattn_config_to_json(const rtattn_config* config, char* buf, size_t buf_size, size_t* needed);
+RTATTN_API rtattn_status rtattn_config_describe(const rtattn_config* config, char* buf, size_t buf_size, size_t* needed);
+/* Parses and validates a config JSON (AttentionConfig::from_json's format). The arch is copied into arch_buf
+ * (arch_buf_size >= 16 always suffices) and out->arch points at it. */
+RTATTN_API rtattn_status rtattn_config_from_json(const char* json, rtattn_config* out, char* arch_buf,
+                                                 size_t arch_buf_size);
+/* "bf16"/"bfloat16" -> RTATTN_BF16, "fp16"/"float16"/"half" -> RTATTN_FP16; else RTATTN_ERROR_CONFIG (field "dtype"). */
+RTATTN_API rtattn_status rtattn_dtype_from_string(const char* name, int32_t* dtype);
+RTATTN_API int32_t rtattn_is_known_arch(const char* arch);
+RTATTN_API const char* rtattn_known_archs(void); /* "sm_80, sm_86, sm_89, sm_90, sm_90a" */
+
+/* ---- the runtime ---------------------------------------------------------------------------------------------- */
+
+typedef void (*rtattn_log_fn)(void* user_data, int32_t level, const char* message);
+
+typedef struct rtattn_runtime_options {
+    size_t struct_size;
+    const char* cache_dir;           /* NULL or "": $RTATTN_CACHE_DIR, else $XDG_CACHE_HOME/rtattn, else ~/.cache/rtattn */
+    int32_t cache_mode;              /* RTATTN_CACHE_JIT, or RTATTN_CACHE_ONLY (never compile; RTATTN_CACHE_ONLY=1 too) */
+    int32_t max_concurrent_compiles; /* 0: one per hardware thread, at most 8; never more than the hardware threads */
+    uint64_t max_cache_bytes;        /* disk cap, least recently used entries evicted past it; 0: none (default 2 GiB) */
+    int32_t log_level;               /* RTATTN_LOG_*; RTATTN_LOG_LEVEL=quiet|warn|info|debug overrides it */
+    rtattn_log_fn log_callback;      /* NULL: stderr with an "rtattn" prefix; may be called from any thread */
+    void* log_user_data;
+    int32_t shared_cache;            /* 1: trust a group-writable team cache (README: Security and trust) */
+    double lock_timeout_seconds;     /* wait for another process building the same kernel, 0..86400 (default 60) */
+    const char* tile_override;       /* replaces the plan table's tile (RTATTN_TILE's format); NULL: the table */
+} rtattn_runtime_options;
+
+RTATTN_API void rtattn_runtime_options_init(rtattn_runtime_options* options);
+/* options may be NULL (defaults). */
+RTATTN_API rtattn_status rtattn_runtime_create(const rtattn_runtime_options* options, rtattn_runtime** out);
+RTATTN_API void rtattn_runtime_destroy(rtattn_runtime* runtime); /* kernels obtained from it stay valid */
+/* The options in effect (the environment applied, the compile bound resolved); strings owned by the runtime. */
+RTATTN_API rtattn_status rtattn_runtime_options_get(const rtattn_runtime* runtime, rtattn_runtime_options* out);
+
+/* What a kernel is: the plan and what ptxas reported. Strings owned by the kernel, or for rtattn_runtime_plan and
+ * rtattn_runtime_precompile by the runtime. */
+typedef struct rtattn_kernel_info {
+    size_t struct_size;
+    const char* key;     /* the SHA-256 cache key (hex) */
+    const char* arch;
+    int32_t padded_qk, padded_v;            /* head dims after padding to the MMA shape */
+    int32_t block_m, block_n, warps, stages;
+    int32_t smem_bytes;
+    int32_t vec_qk, vec_v;                  /* elements per vector access: pointers and strides must be multiples */
+    double useful_flop_fraction;            /* useful / issued MMA FLOPs */
+    const char* kernel;                     /* e.g. "wgmma, swizzled tiles, producer warpgroup" */
+    const char* reason;                     /* the plan table row's reason */
+    int32_t registers, spill_bytes;         /* from ptxas when this process compiled it, else -1 */
+    int32_t from_cache;
+} rtattn_kernel_info;
+
+RTATTN_API void rtattn_kernel_info_init(rtattn_kernel_info* info);
+/* The plan for a config, without compiling or loading anything (registers and spills are -1). */
+RTATTN_API rtattn_status rtattn_runtime_plan(rtattn_runtime* runtime, const rtattn_config* config,
+                                             rtattn_kernel_info* info);
+/* Makes sure a cubin for the config (with an explicit arch) is in the disk cache; needs no GPU. RTATTN_ERROR_CACHE
+ * when it was compiled but could not be stored. info may be NULL. */
+RTATTN_API rtattn_status rtattn_runtime_precompile(rtattn_runtime* runtime, const rtattn_config* config,
+                                                   rtattn_kernel_info* info);
+/* Compiles or loads the config's kernel into the current CUDA context (the device's primary context if none is
+ * current). The caller owns one reference: rtattn_kernel_release it. */
+RTATTN_API rtattn_status rtattn_runtime_get(rtattn_runtime* runtime, const rtattn_config* config, rtattn_kernel** out);
+
+typedef struct rtattn_cache_stats {
+    size_t struct_size;
+    uint64_t memory_hits, disk_hits, misses, compiles;
+    double compile_seconds; /* NVRTC time */
+    uint64_t bad_entries, evictions, bytes_written, disk_bytes;
+    int32_t disk_enabled;   /* 0: the cache dir cannot be used or is not trusted (memory only) */
+    const char* dir;        /* owned by the runtime */
+} rtattn_cache_stats;
+
+RTATTN_API void rtattn_cache_stats_init(rtattn_cache_stats* stats);
+RTATTN_API rtattn_status rtattn_runtime_stats(rtattn_runtime* runtime, rtattn_cache_stats* out);
+
+/* ---- kernels ----------------------------------------------------------------------------------------------------- */
+
+/* One [batch, seq, head, dim] tensor: strides in elements, the dim axis contiguous. */
+typedef struct rtattn_tensor {
+    const void* ptr;
+    int64_t batch_stride, seq_stride, head_stride;
+} rtattn_tensor;
+
+typedef struct rtattn_forward_args {
+    size_t struct_size;
+    rtattn_tensor q;  /* [batch, seqlen_q, heads_q, d_qk] */
+    rtattn_tensor k;  /* [batch, seqlen_k, heads_kv, d_qk] */
+    rtattn_tensor v;  /* [batch, seqlen_k, heads_kv, d_v] */
+    rtattn_tensor o;  /* [batch, seqlen_q, heads_q, d_v], written */
+    float* lse;       /* optional [batch, heads_q, seqlen_q] float32: natural-log sum-exp of the scaled scores */
+    int32_t batch, seqlen_q, seqlen_k;
+} rtattn_forward_args;
+
+RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);
+/* A contiguous [batch, seqlen, heads, dim] tensor. */
+RTATTN_API rtattn_tensor rtattn_tensor_contiguous(const void* ptr, int32_t seqlen, int32_t heads, int32_t dim);
+
+RTATTN_API void rtattn_kernel_retain(rtattn_kernel* kernel);
+RTATTN_API void rtattn_kernel_release(rtattn_kernel* kernel); /* NULL is fine */
+/* Launches on `stream` (a CUstream / cudaStream_t; NULL = the legacy default stream). Never synchronizes or
+ * allocates. RTATTN_ERROR_ARGUMENT names the bad argument (e.g. "q.seq_stride"). */
+RTATTN_API rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_forward_args* args,
+                                               void* stream);
+RTATTN_API rtattn_status rtattn_kernel_get_info(const rtattn_kernel* kernel, rtattn_kernel_info* out);
+/* The kernel's config, arch resolved (out->arch owned by the kernel). */
+RTATTN_API rtattn_status rtattn_kernel_get_config(const rtattn_kernel* kernel, rtattn_config* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RTATTN_RTATTN_H */

@@ -1,0 +1,148 @@
+"""rtattn.attention for PyTorch: a torch.library custom op ("rtattn::attention") over the C ABI, with a fake (meta)
+implementation so that torch.compile traces it without a graph break and CUDA graphs capture it.
+
+Kernels are looked up once per (runtime, device, dtype, head dims, heads, causal, scale) and kept: the hot path is a
+dict lookup, two torch.empty calls, one argument struct and one C call (docs/PERFORMANCE.md: per-call overhead)."""
+import ctypes
+import math
+import threading
+from typing import Optional, Tuple
+
+import torch
+
+from . import _api, _lib
+from ._api import ArgumentError
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_lock = threading.Lock()
+
+
+def _check(q, k, v, causal, softmax_scale) -> None:
+    """Every argument, named, before anything reaches the library (it checks again, naming strides and pointers)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ArgumentError(f"{name}: expected a torch.Tensor, got {type(t).__name__}", name)
+        if t.dim() != 4:
+            raise ArgumentError(f"{name}: expected 4 dims [batch, seqlen, heads, head_dim], got shape "
+                                f"{tuple(t.shape)}", name)
+        if t.dtype not in _DTYPES:
+            raise ArgumentError(f"{name}: dtype {t.dtype} is not supported; allowed torch.float16, torch.bfloat16",
+                                name)
+        if t.device.type not in ("cuda", "meta"):
+            raise ArgumentError(f"{name}: is on {t.device}; rtattn.attention needs CUDA tensors", name)
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ArgumentError(f"{name}: the last (head_dim) dim must be contiguous (stride 1); strides are "
+                                f"{tuple(t.stride())} (call .contiguous() or pass a view with a unit last stride)",
+                                name)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ArgumentError(f"{name}: dtype {t.dtype} differs from q's {q.dtype}", name)
+        if t.device != q.device:
+            raise ArgumentError(f"{name}: is on {t.device}, q on {q.device}", name)
+    b, _, hq, d = q.shape
+    if k.shape[0] != b:
+        raise ArgumentError(f"k: batch {k.shape[0]} differs from q's {b}", "k")
+    if k.shape[3] != d:
+        raise ArgumentError(f"k: head_dim {k.shape[3]} differs from q's {d}", "k")
+    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
+        raise ArgumentError(f"v: shape {tuple(v.shape)} must match k's [batch, seqlen_k, heads_kv] = "
+                            f"{tuple(k.shape[:3])}", "v")
+    hkv = k.shape[2]
+    if hkv == 0 or hq % hkv != 0:
+        raise ArgumentError(f"k: q's heads ({hq}) must be a multiple of k's heads ({hkv}) (GQA/MQA)", "k")
+    if not isinstance(causal, bool):
+        raise ArgumentError(f"causal: {causal!r} is not True or False", "causal")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and
+                                          not isinstance(softmax_scale, bool) and
+                                          math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ArgumentError(f"softmax_scale: {softmax_scale!r} is not a finite number > 0", "softmax_scale")
+
+
+def _kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
+            scale: Optional[float]) -> _api.Kernel:
+    runtime = _api._default or _api.default_runtime()
+    kernels = runtime.__dict__.setdefault("_torch_kernels", {})
+    key = (device.index, dtype, d, dv, hq, hkv, causal, scale)
+    kernel = kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = kernels.get(key)
+            if kernel is None:
+                # arch "" = the current device: the caller made q's device current.
+                config = _api.AttentionConfig(head_dim_qk=d, head_dim_v=dv, dtype=_DTYPES[dtype], causal=causal,
+                                              num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale)
+                kernel = kernels[key] = runtime.get(config)
+    return kernel
+
+
+def _set(t: "_lib.Tensor", x: torch.Tensor) -> None:
+    # A dim of extent 1 is never stepped over, and torch may give it any stride (unsqueeze, expand): pass 0.
+    n, s = x.shape, x.stride()
+    t.ptr = x.data_ptr()
+    t.batch_stride = s[0] if n[0] > 1 else 0
+    t.seq_stride = s[1] if n[1] > 1 else 0
+    t.head_stride = s[2] if n[2] > 1 else 0
+
+
+def _run(q, k, v, causal, softmax_scale, return_lse):
+    b, sq, hq, d = q.shape
+    sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    if b == 0 or sq == 0:
+        return o, lse
+    if sk == 0:  # every query sees no key: the library's convention for such rows
+        o.zero_()
+        lse.fill_(math.inf)
+        return o, lse
+    kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
+    args = _lib.ForwardArgs()
+    args.struct_size = ctypes.sizeof(args)
+    _set(args.q, q), _set(args.k, k), _set(args.v, v), _set(args.o, o)
+    args.lse = lse.data_ptr() if return_lse else None
+    args.batch, args.seqlen_q, args.seqlen_k = b, sq, sk
+    kernel.launch(args, torch.cuda.current_stream(q.device).cuda_stream)
+    return o, lse
+
+
+@torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
+                  return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check(q, k, v, causal, softmax_scale)
+    if q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
+            return _run(q, k, v, causal, softmax_scale, return_lse)
+    return _run(q, k, v, causal, softmax_scale, return_lse)
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, causal, softmax_scale, return_lse):
+    _check(q, k, v, causal, softmax_scale)
+    b, sq, hq, _ = q.shape
+    o = q.new_empty((b, sq, hq, v.shape[3]))
+    lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
+    return o, lse
+
+
+def _no_backward(ctx, grad_o, grad_lse):
+    raise NotImplementedError("rtattn.attention has no backward pass yet (training support is the next step, "
+                              "issue 12): call it under torch.no_grad() / torch.inference_mode(), or use "
+                              "torch.nn.functional.scaled_dot_product_attention where gradients are needed")
+
+
+_attention_op.register_autograd(_no_backward)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              softmax_scale: Optional[float] = None, return_lse: bool = False):
+    """Scaled dot-product attention on CUDA tensors in FlashAttention's layout.
+
+    q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim]; v: [batch, seqlen_k,
+    heads_kv, head_dim_v]; fp16 or bf16, any strides with the last dim contiguous; heads_q a multiple of heads_kv
+    (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to 1/sqrt(head_dim).
+    Runs on the tensors' device and its current stream; the output is a new [batch, seqlen_q, heads_q, head_dim_v]
+    tensor. With return_lse, also the float32 [batch, heads_q, seqlen_q] natural-log sum-exp of the scaled scores.
+    Inference only for now: the backward raises NotImplementedError."""
+    _check(q, k, v, causal, softmax_scale)
+    o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, return_lse)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,243 @@
+"""rtattn.attention on the GPU against torch.nn.functional.scaled_dot_product_attention in float64: head dims 1..256
+(72, 100, 132, 200 among them), GQA/MQA, causal with seqlen_q != seqlen_k, strided views, LSE; every output element
+written (the allocator is poisoned with NaN first); torch.compile(fullgraph=True); CUDA graph capture and replay;
+argument errors naming the argument."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="no GPU tests here: torch is not installed")
+import torch.nn.functional as F  # noqa: E402
+
+import rtattn  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative Frobenius error against float64
+
+
+def sdpa_reference(q, k, v, causal, scale):
+    """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right; rows that see no key give O = 0
+    and LSE = +inf (the library's convention, as FlashAttention's)."""
+    b, sq, hq, _ = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
+    kd, vd = kd.repeat_interleave(hq // hkv, 1), vd.repeat_interleave(hq // hkv, 1)
+    mask = None
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        mask = j <= i + (sk - sq)
+    o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, scale=scale)
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    empty = torch.isneginf(lse)
+    o = torch.where(empty[..., None], torch.zeros_like(o), o)
+    lse = torch.where(empty, torch.full_like(lse, math.inf), lse)
+    return o.transpose(1, 2), lse
+
+
+def rel_err(x, ref):
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def poison_allocator(nbytes):
+    """Fills the caching allocator's free blocks with NaN, so an element the kernel skips shows up."""
+    t = torch.full((nbytes // 4 + 4096,), float("nan"), device="cuda")
+    del t
+
+
+def make(b, sq, sk, hq, hkv, d, dv, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(b, sk, hkv, dv, device="cuda", dtype=dtype, generator=g)
+    return q, k, v
+
+
+def check(q, k, v, causal=False, scale=None, dtype=None):
+    dtype = dtype or q.dtype
+    eff = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    poison_allocator(q.shape[0] * q.shape[1] * q.shape[2] * v.shape[3] * 2 + q.shape[0] * q.shape[2] * q.shape[1] * 4)
+    o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff)
+    assert o.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3]) and o.dtype == q.dtype
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an element was not written (NaN poison)"
+    err = rel_err(o, ref_o)
+    assert err < TOL[dtype], f"relative Frobenius error {err:.2e}"
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isinf(lse), ~finite)
+    assert (lse.double()[finite] - ref_lse[finite]).abs().max().item() < 1e-3 * max(1, math.log(k.shape[1]))
+    return err
+
+
+HEAD_DIMS = [1, 17, 40, 64, 72, 100, 128, 132, 160, 200, 256]
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dims_gqa_bf16(d, causal):
+    check(*make(2, 257, 257, 4, 2, d, d, torch.bfloat16, seed=d), causal=causal)
+
+
+@pytest.mark.parametrize("d", [72, 100, 132, 200])
+def test_head_dims_fp16_mqa(d):
+    check(*make(1, 200, 333, 8, 1, d, d, torch.float16, seed=d), causal=False)
+
+
+@pytest.mark.parametrize("sq, sk", [(100, 300), (300, 100), (1, 1000), (77, 77)])
+def test_causal_bottom_right(sq, sk):
+    check(*make(2, sq, sk, 4, 4, 132, 132, torch.bfloat16, seed=sq * 7 + sk), causal=True)
+
+
+def test_head_dim_v_differs_and_scale():
+    check(*make(2, 129, 190, 6, 3, 132, 100, torch.bfloat16, seed=5), causal=True, scale=0.3)
+    check(*make(2, 129, 190, 6, 3, 72, 200, torch.float16, seed=6), causal=False, scale=0.05)
+
+
+@pytest.mark.parametrize("d", [72, 132])
+def test_strided_views(d):
+    g = torch.Generator(device="cuda").manual_seed(d)
+    b, s, h = 2, 150, 4
+    qkv = torch.randn(b, s, 3, h, d, device="cuda", dtype=torch.bfloat16, generator=g)  # packed projections
+    check(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+    bhsd = torch.randn(3, b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)  # [batch, heads, seq, dim]
+    check(*(t.transpose(1, 2) for t in bhsd), causal=False)
+    big = torch.randn(b, 300, h, d, device="cuda", dtype=torch.bfloat16, generator=g)  # a window of a longer cache
+    check(big[:, 100:150], big[:, :200], big[:, 50:250], causal=True)
+
+
+def test_every_element_written_with_a_poisoned_output():
+    """The C ABI path with an output we poison ourselves (the op's own outputs come from torch's allocator)."""
+    q, k, v = make(3, 131, 257, 4, 2, 132, 132, torch.bfloat16, seed=11)
+    kernel = rtattn.default_runtime().get(head_dim=132, num_heads_q=4, num_heads_kv=2, causal=True)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((3, 4, 131), float("nan"), device="cuda")
+    a = kernel.forward_args()
+    for field, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        x = getattr(a, field)
+        x.ptr, x.batch_stride, x.seq_stride, x.head_stride = t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)
+    a.lse, a.batch, a.seqlen_q, a.seqlen_k = lse.data_ptr(), 3, 131, 257
+    kernel.launch(a, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    ref_o, _ = sdpa_reference(q, k, v, True, 1 / math.sqrt(132))
+    assert rel_err(o, ref_o) < TOL[torch.bfloat16]
+    assert kernel.info.padded_qk == 144 and kernel.config.arch.startswith("sm_")
+
+
+def test_side_stream_and_kernel_reuse():
+    q, k, v = make(2, 512, 512, 8, 2, 100, 100, torch.bfloat16, seed=3)
+    ref = rtattn.attention(q, k, v, causal=True)
+    stats = rtattn.default_runtime().stats()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        outs = [rtattn.attention(q, k, v, causal=True) for _ in range(5)]
+    s.synchronize()
+    for o in outs:
+        assert torch.equal(o, ref)
+    after = rtattn.default_runtime().stats()
+    # Looked up once per config and kept: no further runtime lookups.
+    assert (after.memory_hits, after.disk_hits, after.misses) == (stats.memory_hits, stats.disk_hits, stats.misses)
+
+
+def test_empty_and_keyless_inputs():
+    q, k, v = make(0, 16, 16, 2, 2, 64, 64, torch.bfloat16, seed=1)
+    assert rtattn.attention(q, k, v).shape == (0, 16, 2, 64)
+    q, k, v = make(2, 16, 0, 2, 2, 64, 64, torch.bfloat16, seed=1)
+    o, lse = rtattn.attention(q, k, v, return_lse=True)
+    assert torch.count_nonzero(o) == 0 and torch.isposinf(lse).all()
+
+
+class TinyAttention(torch.nn.Module):
+    def __init__(self, dim=256, hq=4, hkv=2, d=100):
+        super().__init__()
+        self.hq, self.hkv, self.d = hq, hkv, d
+        self.qkv = torch.nn.Linear(dim, (hq + 2 * hkv) * d, bias=False)
+        self.out = torch.nn.Linear(hq * d, dim, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        qkv = self.qkv(x).view(b, s, self.hq + 2 * self.hkv, self.d)
+        q, k, v = qkv.split([self.hq, self.hkv, self.hkv], dim=2)  # strided views, no copies
+        return self.out(rtattn.attention(q, k, v, causal=True).reshape(b, s, self.hq * self.d))
+
+
+def test_torch_compile_fullgraph():
+    torch.manual_seed(0)
+    m = TinyAttention().cuda().to(torch.bfloat16)
+    x = torch.randn(2, 300, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager = m(x)
+        compiled = torch.compile(m, fullgraph=True)  # a graph break would raise
+        got = compiled(x)
+        got2 = compiled(torch.randn(2, 300, 256, device="cuda", dtype=torch.bfloat16))
+    assert got2.shape == eager.shape
+    assert rel_err(got, eager.double()) < 1e-2
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k, v = make(2, 384, 384, 8, 2, 132, 132, torch.bfloat16, seed=21)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: the kernel is loaded before capture
+        rtattn.attention(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o = rtattn.attention(q, k, v, causal=True)
+    for seed in (22, 23):
+        nq, nk, nv = make(2, 384, 384, 8, 2, 132, 132, torch.bfloat16, seed=seed)
+        q.copy_(nq), k.copy_(nk), v.copy_(nv)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o, rtattn.attention(nq, nk, nv, causal=True))
+        ref, _ = sdpa_reference(nq, nk, nv, True, 1 / math.sqrt(132))
+        assert rel_err(o, ref) < TOL[torch.bfloat16]
+
+
+def test_meta_tensors_give_shapes():
+    q = torch.empty(2, 10, 8, 132, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(2, 20, 2, 132, device="meta", dtype=torch.bfloat16)
+    v = torch.empty(2, 20, 2, 100, device="meta", dtype=torch.bfloat16)
+    o, lse = rtattn.attention(q, k, v, return_lse=True)
+    assert o.shape == (2, 10, 8, 100) and lse.shape == (2, 8, 10) and o.device.type == "meta"
+
+
+def test_backward_is_refused_clearly():
+    q, k, v = make(1, 64, 64, 2, 2, 64, 64, torch.bfloat16, seed=4)
+    q.requires_grad_()
+    o = rtattn.attention(q, k, v)
+    with pytest.raises(NotImplementedError, match="no backward pass yet"):
+        o.float().sum().backward()
+
+
+def bad(fn, field, match):
+    with pytest.raises(rtattn.ArgumentError, match=match) as e:
+        fn()
+    assert e.value.field == field
+
+
+def test_argument_errors_name_the_argument():
+    q, k, v = make(2, 64, 64, 4, 2, 132, 132, torch.bfloat16, seed=9)
+    bad(lambda: rtattn.attention(q.cpu(), k, v), "q", "CUDA tensors")
+    bad(lambda: rtattn.attention(q, k.float(), v), "k", "dtype")
+    bad(lambda: rtattn.attention(q, k, v.to(torch.float16)), "v", "dtype")
+    bad(lambda: rtattn.attention(q[0], k, v), "q", "4 dims")
+    bad(lambda: rtattn.attention(q, k[:, :, :1].expand(2, 64, 3, 132), v[:, :, :1].expand(2, 64, 3, 132)), "k",
+        "multiple")
+    bad(lambda: rtattn.attention(q, k, v[:, :32]), "v", "must match")
+    bad(lambda: rtattn.attention(q, k[..., :100], v), "k", "head_dim")
+    bad(lambda: rtattn.attention(q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v), "q", "contiguous")
+    bad(lambda: rtattn.attention(q, k, v, causal=1), "causal", "True or False")
+    bad(lambda: rtattn.attention(q, k, v, softmax_scale=-1.0), "softmax_scale", "> 0")
+    # What only the library can see (alignment for this kernel's vector width) comes back named too.
+    base = torch.zeros(2, 64, 4, 136, device="cuda", dtype=torch.bfloat16)
+    bad(lambda: rtattn.attention(base[..., 2:134], k, v), "q.ptr", "aligned")
+    with pytest.raises(rtattn.ConfigError) as e:
+        rtattn.attention(*make(1, 8, 8, 1, 1, 300, 300, torch.bfloat16, seed=1))
+    assert e.value.field == "head_dim_qk"

@@ -1,0 +1,76 @@
+// The rules at the C ABI (include/rtattn/rtattn.h): every exception becomes a status code and the thread's last
+// error, and versioned structs are read and written only as far as the caller's struct_size says.
+#pragma once
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "core/errors.hpp"
+#include "rtattn/rtattn.h"
+
+namespace rtattn::capi {
+
+// The thread's last error (rtattn_last_error_*).
+struct LastError {
+    rtattn_status status = RTATTN_OK;
+    std::string message, field, log, options, source, cuda_call;
+    int cuda_result = 0;
+};
+LastError& last_error();
+
+// Records the exception in flight (call from a catch block) and returns its status.
+rtattn_status record_current_exception();
+// Records an error the boundary itself finds (a NULL pointer, a struct_size) and returns `status`.
+rtattn_status fail(rtattn_status status, const std::string& field, const std::string& message);
+
+// Runs `body` with the thread's last error cleared first; any exception becomes a status.
+template <class F>
+rtattn_status guard(F&& body) noexcept {
+    last_error() = LastError{};
+    try {
+        body();
+        return RTATTN_OK;
+    } catch (...) {
+        return record_current_exception();
+    }
+}
+
+// Reads a versioned struct: defaults first (`init`), then the caller's bytes up to its struct_size. The structs are
+// at their first version, so a smaller struct_size is an uninitialized struct; a larger one is a newer caller, fine
+// as long as the fields this library does not know are zero.
+template <class T, class Init>
+T read_struct(const T* in, const char* name, Init init) {
+    T out;
+    init(&out);
+    if (!in) throw core::ArgumentError(name, "is NULL");
+    const std::size_t n = in->struct_size;
+    if (n < sizeof(T))
+        throw core::ArgumentError(std::string(name) + ".struct_size",
+                                  std::to_string(n) + " is too small for this struct (" + std::to_string(sizeof(T)) +
+                                      " bytes); set it with the matching rtattn_*_init function");
+    const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+    for (std::size_t i = sizeof(T); i < n; ++i)
+        if (bytes[i] != 0)
+            throw core::ArgumentError(std::string(name) + ".struct_size",
+                                      std::to_string(n) + " bytes, with fields this librtattn (" +
+                                          std::to_string(sizeof(T)) + " bytes) does not know set: upgrade librtattn");
+    std::memcpy(&out, in, sizeof(T));
+    out.struct_size = sizeof(T);
+    return out;
+}
+
+// Writes a versioned struct into the caller's, as far as its struct_size reaches.
+template <class T>
+void write_struct(const T& value, T* out, const char* name) {
+    if (!out) throw core::ArgumentError(name, "is NULL");
+    const std::size_t n = out->struct_size;
+    if (n < sizeof(T))
+        throw core::ArgumentError(std::string(name) + ".struct_size",
+                                  std::to_string(n) + " is too small for this struct (" + std::to_string(sizeof(T)) +
+                                      " bytes); set it with the matching rtattn_*_init function");
+    std::memcpy(out, &value, sizeof(T));
+    out->struct_size = n;
+}
+
+}  // namespace rtattn::capi

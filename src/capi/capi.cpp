@@ -1,0 +1,377 @@
+// The C ABI's functions (include/rtattn/rtattn.h) over the library's own API (rtattn::core). Conversions only: what a
+// call means is decided behind them.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "api/runtime_internal.hpp"
+#include "capi/boundary.hpp"
+#include "compile/compile.hpp"
+#include "core/rtattn.hpp"
+
+struct rtattn_runtime {
+    std::unique_ptr<rtattn::core::Runtime> runtime;
+    std::string cache_dir, tile_override;  // what rtattn_runtime_options_get points at
+    std::string stats_dir;                 // rtattn_cache_stats.dir: the cache's root, fixed for the runtime's life
+    rtattn_log_fn log_callback = nullptr;
+    void* log_user_data = nullptr;
+    // Infos handed out by rtattn_runtime_plan / _precompile: their strings live as long as the runtime.
+    std::mutex mu;
+    std::map<std::string, rtattn::core::KernelInfo> infos;
+};
+
+struct rtattn_kernel {
+    std::atomic<int> refs{1};
+    rtattn::core::Kernel kernel;
+};
+
+namespace rtattn::capi {
+namespace {
+
+void config_defaults(rtattn_config* c) {
+    std::memset(c, 0, sizeof *c);
+    const core::AttentionConfig d;
+    c->struct_size = sizeof *c;
+    c->head_dim_qk = d.head_dim_qk;
+    c->dtype = d.dtype == core::Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
+    c->num_heads_q = d.num_heads_q;
+    c->num_heads_kv = d.num_heads_kv;
+}
+
+core::AttentionConfig to_core(const rtattn_config* in) {
+    const rtattn_config c = read_struct(in, "config", config_defaults);
+    core::AttentionConfig out;
+    out.head_dim_qk = c.head_dim_qk;
+    if (c.has_head_dim_v) out.head_dim_v = c.head_dim_v;
+    if (c.dtype != RTATTN_FP16 && c.dtype != RTATTN_BF16)
+        throw core::ConfigError("dtype", std::to_string(c.dtype) + " is not RTATTN_FP16 (0) or RTATTN_BF16 (1)");
+    out.dtype = c.dtype == RTATTN_BF16 ? core::Dtype::bf16 : core::Dtype::fp16;
+    if (c.causal != 0 && c.causal != 1) throw core::ConfigError("causal", std::to_string(c.causal) + " is not 0 or 1");
+    out.causal = c.causal != 0;
+    out.num_heads_q = c.num_heads_q;
+    out.num_heads_kv = c.num_heads_kv;
+    if (c.has_softmax_scale) out.softmax_scale = c.softmax_scale;
+    out.arch = c.arch ? c.arch : "";
+    return out;
+}
+
+rtattn_config from_core(const core::AttentionConfig& in, const char* arch) {
+    rtattn_config c;
+    config_defaults(&c);
+    c.head_dim_qk = in.head_dim_qk;
+    c.has_head_dim_v = in.head_dim_v.has_value();
+    c.head_dim_v = in.head_dim_v.value_or(0);
+    c.dtype = in.dtype == core::Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
+    c.causal = in.causal;
+    c.num_heads_q = in.num_heads_q;
+    c.num_heads_kv = in.num_heads_kv;
+    c.has_softmax_scale = in.softmax_scale.has_value();
+    c.softmax_scale = in.softmax_scale.value_or(0);
+    c.arch = arch;
+    return c;
+}
+
+void options_defaults(rtattn_runtime_options* o) {
+    std::memset(o, 0, sizeof *o);
+    const core::RuntimeOptions d;
+    o->struct_size = sizeof *o;
+    o->max_cache_bytes = d.max_cache_bytes;
+    o->log_level = static_cast<std::int32_t>(d.log_level);
+    o->lock_timeout_seconds = d.lock_timeout_seconds;
+}
+
+void info_defaults(rtattn_kernel_info* i) {
+    std::memset(i, 0, sizeof *i);
+    i->struct_size = sizeof *i;
+    i->registers = i->spill_bytes = -1;
+}
+
+rtattn_kernel_info to_c(const core::KernelInfo& k) {
+    rtattn_kernel_info i;
+    info_defaults(&i);
+    i.key = k.key.c_str();
+    i.arch = k.arch.c_str();
+    i.padded_qk = k.plan.padded_qk, i.padded_v = k.plan.padded_v;
+    i.block_m = k.plan.block_m, i.block_n = k.plan.block_n, i.warps = k.plan.warps, i.stages = k.plan.stages;
+    i.smem_bytes = k.plan.smem_bytes;
+    i.vec_qk = k.plan.vec_qk, i.vec_v = k.plan.vec_v;
+    i.useful_flop_fraction = k.plan.useful_flop_fraction;
+    i.kernel = k.plan.kernel.c_str();
+    i.reason = k.plan.reason.c_str();
+    i.registers = k.registers, i.spill_bytes = k.spill_bytes;
+    i.from_cache = k.from_cache;
+    return i;
+}
+
+// Keeps an info for the runtime's lifetime (its strings are handed out) and writes it to the caller.
+void hand_out(rtattn_runtime* rt, core::KernelInfo info, rtattn_kernel_info* out) {
+    if (!out) return;
+    std::lock_guard<std::mutex> lock(rt->mu);
+    auto& kept = rt->infos[info.key + '/' + info.arch + (info.registers < 0 ? "/plan" : "/compiled")];
+    kept = std::move(info);
+    write_struct(to_c(kept), out, "info");
+}
+
+core::Runtime& runtime_of(rtattn_runtime* rt) {
+    if (!rt || !rt->runtime) throw core::ArgumentError("runtime", "is NULL");
+    return *rt->runtime;
+}
+
+const core::Kernel& kernel_of(const rtattn_kernel* k) {
+    if (!k) throw core::ArgumentError("kernel", "is NULL");
+    return k->kernel;
+}
+
+void write_text(const std::string& text, char* buf, std::size_t size, std::size_t* needed) {
+    if (needed) *needed = text.size() + 1;
+    if (!buf || size == 0) return;
+    const std::size_t n = std::min(text.size(), size - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+}
+
+core::TensorArg tensor(const rtattn_tensor& t) {
+    core::TensorArg a;
+    a.ptr = t.ptr;
+    a.batch_stride = t.batch_stride, a.seq_stride = t.seq_stride, a.head_stride = t.head_stride;
+    return a;
+}
+
+}  // namespace
+}  // namespace rtattn::capi
+
+using namespace rtattn::capi;
+namespace core = rtattn::core;
+
+extern "C" {
+
+const char* rtattn_version(void) { return core::version(); }
+int32_t rtattn_abi_version(void) { return RTATTN_ABI_VERSION; }
+const char* rtattn_nvrtc_version(void) {
+    static const std::string v = [] {
+        try {
+            return rtattn::compile::nvrtc_version();
+        } catch (...) {
+            return std::string("unknown");
+        }
+    }();
+    return v.c_str();
+}
+
+rtattn_status rtattn_last_error(void) { return last_error().status; }
+const char* rtattn_last_error_message(void) { return last_error().message.c_str(); }
+const char* rtattn_last_error_field(void) { return last_error().field.c_str(); }
+const char* rtattn_last_error_log(void) { return last_error().log.c_str(); }
+const char* rtattn_last_error_options(void) { return last_error().options.c_str(); }
+const char* rtattn_last_error_source(void) { return last_error().source.c_str(); }
+const char* rtattn_last_error_cuda_call(void) { return last_error().cuda_call.c_str(); }
+int32_t rtattn_last_error_cuda_result(void) { return last_error().cuda_result; }
+
+void rtattn_config_init(rtattn_config* config) {
+    if (config) config_defaults(config);
+}
+
+rtattn_status rtattn_config_validate(const rtattn_config* config) {
+    return guard([&] { to_core(config).validate(); });
+}
+
+rtattn_status rtattn_config_to_json(const rtattn_config* config, char* buf, size_t buf_size, size_t* needed) {
+    return guard([&] { write_text(to_core(config).to_json(), buf, buf_size, needed); });
+}
+
+rtattn_status rtattn_config_describe(const rtattn_config* config, char* buf, size_t buf_size, size_t* needed) {
+    return guard([&] { write_text(to_core(config).describe(), buf, buf_size, needed); });
+}
+
+rtattn_status rtattn_config_from_json(const char* json, rtattn_config* out, char* arch_buf, size_t arch_buf_size) {
+    return guard([&] {
+        if (!json) throw core::ArgumentError("json", "is NULL");
+        const core::AttentionConfig c = core::AttentionConfig::from_json(json);
+        if (c.arch.size() + 1 > arch_buf_size || !arch_buf)
+            throw core::ArgumentError("arch_buf", "needs " + std::to_string(c.arch.size() + 1) + " bytes");
+        std::memcpy(arch_buf, c.arch.c_str(), c.arch.size() + 1);
+        write_struct(from_core(c, arch_buf), out, "out");
+    });
+}
+
+rtattn_status rtattn_dtype_from_string(const char* name, int32_t* dtype) {
+    return guard([&] {
+        if (!name) throw core::ArgumentError("name", "is NULL");
+        if (!dtype) throw core::ArgumentError("dtype", "is NULL");
+        *dtype = core::dtype_from_string(name) == core::Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
+    });
+}
+
+int32_t rtattn_is_known_arch(const char* arch) { return arch && core::is_known_arch(arch); }
+
+const char* rtattn_known_archs(void) {
+    static const std::string names = core::known_archs();
+    return names.c_str();
+}
+
+void rtattn_runtime_options_init(rtattn_runtime_options* options) {
+    if (options) options_defaults(options);
+}
+
+rtattn_status rtattn_runtime_create(const rtattn_runtime_options* options, rtattn_runtime** out) {
+    return guard([&] {
+        if (!out) throw core::ArgumentError("out", "is NULL");
+        *out = nullptr;
+        rtattn_runtime_options o;
+        options_defaults(&o);
+        if (options) o = read_struct(options, "options", options_defaults);
+        if (o.cache_mode != RTATTN_CACHE_JIT && o.cache_mode != RTATTN_CACHE_ONLY)
+            throw core::ConfigError("cache_mode", std::to_string(o.cache_mode) + " is not RTATTN_CACHE_JIT (0) or "
+                                                                                 "RTATTN_CACHE_ONLY (1)");
+        if (o.log_level < RTATTN_LOG_QUIET || o.log_level > RTATTN_LOG_DEBUG)
+            throw core::ConfigError("log_level", std::to_string(o.log_level) + " is out of range; allowed 0..3");
+        if (o.shared_cache != 0 && o.shared_cache != 1)
+            throw core::ConfigError("shared_cache", std::to_string(o.shared_cache) + " is not 0 or 1");
+        auto rt = std::make_unique<rtattn_runtime>();
+        rt->log_callback = o.log_callback;
+        rt->log_user_data = o.log_user_data;
+        core::RuntimeOptions ro;
+        ro.cache_dir = o.cache_dir ? o.cache_dir : "";
+        ro.mode = o.cache_mode == RTATTN_CACHE_ONLY ? core::CacheMode::cache_only : core::CacheMode::jit;
+        ro.max_concurrent_compiles = o.max_concurrent_compiles;
+        ro.max_cache_bytes = o.max_cache_bytes;
+        ro.log_level = static_cast<core::LogLevel>(o.log_level);
+        if (o.log_callback) {
+            const rtattn_log_fn fn = o.log_callback;
+            void* user = o.log_user_data;
+            ro.log_sink = [fn, user](core::LogLevel level, const std::string& m) {
+                fn(user, static_cast<std::int32_t>(level), m.c_str());
+            };
+        }
+        ro.shared_cache = o.shared_cache != 0;
+        ro.lock_timeout_seconds = o.lock_timeout_seconds;
+        ro.tile_override = o.tile_override ? o.tile_override : "";
+        rt->runtime = std::make_unique<core::Runtime>(ro);
+        rt->cache_dir = rt->runtime->options().cache_dir;
+        rt->stats_dir = rt->runtime->stats().dir;
+        rt->tile_override = rt->runtime->options().tile_override;
+        *out = rt.release();
+    });
+}
+
+void rtattn_runtime_destroy(rtattn_runtime* runtime) { delete runtime; }
+
+rtattn_status rtattn_runtime_options_get(const rtattn_runtime* runtime, rtattn_runtime_options* out) {
+    return guard([&] {
+        if (!runtime || !runtime->runtime) throw core::ArgumentError("runtime", "is NULL");
+        const core::RuntimeOptions& e = runtime->runtime->options();
+        rtattn_runtime_options o;
+        options_defaults(&o);
+        o.cache_dir = runtime->cache_dir.c_str();
+        o.cache_mode = e.mode == core::CacheMode::cache_only ? RTATTN_CACHE_ONLY : RTATTN_CACHE_JIT;
+        o.max_concurrent_compiles = e.max_concurrent_compiles;
+        o.max_cache_bytes = e.max_cache_bytes;
+        o.log_level = static_cast<std::int32_t>(e.log_level);
+        o.log_callback = runtime->log_callback;
+        o.log_user_data = runtime->log_user_data;
+        o.shared_cache = e.shared_cache;
+        o.lock_timeout_seconds = e.lock_timeout_seconds;
+        o.tile_override = runtime->tile_override.empty() ? nullptr : runtime->tile_override.c_str();
+        write_struct(o, out, "out");
+    });
+}
+
+void rtattn_kernel_info_init(rtattn_kernel_info* info) {
+    if (info) info_defaults(info);
+}
+
+rtattn_status rtattn_runtime_plan(rtattn_runtime* runtime, const rtattn_config* config, rtattn_kernel_info* info) {
+    return guard([&] {
+        const auto r = rtattn::resolve(runtime_of(runtime), to_core(config));
+        core::KernelInfo k;
+        k.key = r->key;
+        k.arch = r->config.arch;
+        k.plan = r->plan.summary();
+        hand_out(runtime, std::move(k), info);
+    });
+}
+
+rtattn_status rtattn_runtime_precompile(rtattn_runtime* runtime, const rtattn_config* config,
+                                        rtattn_kernel_info* info) {
+    return guard([&] { hand_out(runtime, runtime_of(runtime).precompile(to_core(config)), info); });
+}
+
+rtattn_status rtattn_runtime_get(rtattn_runtime* runtime, const rtattn_config* config, rtattn_kernel** out) {
+    return guard([&] {
+        if (!out) throw core::ArgumentError("out", "is NULL");
+        *out = nullptr;
+        auto k = std::make_unique<rtattn_kernel>();
+        k->kernel = runtime_of(runtime).get(to_core(config));
+        *out = k.release();
+    });
+}
+
+void rtattn_cache_stats_init(rtattn_cache_stats* stats) {
+    if (!stats) return;
+    std::memset(stats, 0, sizeof *stats);
+    stats->struct_size = sizeof *stats;
+}
+
+rtattn_status rtattn_runtime_stats(rtattn_runtime* runtime, rtattn_cache_stats* out) {
+    return guard([&] {
+        const core::CacheStats s = runtime_of(runtime).stats();
+        rtattn_cache_stats c;
+        rtattn_cache_stats_init(&c);
+        c.memory_hits = s.memory_hits, c.disk_hits = s.disk_hits, c.misses = s.misses, c.compiles = s.compiles;
+        c.compile_seconds = s.compile_seconds;
+        c.bad_entries = s.bad_entries, c.evictions = s.evictions, c.bytes_written = s.bytes_written;
+        c.disk_bytes = s.disk_bytes;
+        c.disk_enabled = s.disk_enabled;
+        c.dir = runtime->stats_dir.c_str();
+        write_struct(c, out, "out");
+    });
+}
+
+void rtattn_forward_args_init(rtattn_forward_args* args) {
+    if (!args) return;
+    std::memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+}
+
+rtattn_tensor rtattn_tensor_contiguous(const void* ptr, int32_t seqlen, int32_t heads, int32_t dim) {
+    const core::TensorArg t = core::ForwardArgs::contiguous(ptr, seqlen, heads, dim);
+    return rtattn_tensor{t.ptr, t.batch_stride, t.seq_stride, t.head_stride};
+}
+
+void rtattn_kernel_retain(rtattn_kernel* kernel) {
+    if (kernel) kernel->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void rtattn_kernel_release(rtattn_kernel* kernel) {
+    if (kernel && kernel->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete kernel;
+}
+
+rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_forward_args* args, void* stream) {
+    return guard([&] {
+        const core::Kernel& k = kernel_of(kernel);
+        const rtattn_forward_args a = read_struct(args, "args", rtattn_forward_args_init);
+        core::ForwardArgs f;
+        f.q = tensor(a.q), f.k = tensor(a.k), f.v = tensor(a.v), f.o = tensor(a.o);
+        f.lse = a.lse;
+        f.batch = a.batch, f.seqlen_q = a.seqlen_q, f.seqlen_k = a.seqlen_k;
+        k.forward(f, stream);
+    });
+}
+
+rtattn_status rtattn_kernel_get_info(const rtattn_kernel* kernel, rtattn_kernel_info* out) {
+    return guard([&] { write_struct(to_c(kernel_of(kernel).info()), out, "out"); });
+}
+
+rtattn_status rtattn_kernel_get_config(const rtattn_kernel* kernel, rtattn_config* out) {
+    return guard([&] {
+        const core::AttentionConfig& c = kernel_of(kernel).config();
+        write_struct(from_core(c, c.arch.c_str()), out, "out");
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,58 @@
+// The library's own config type (rtattn::core). Public callers use include/rtattn/config.hpp, which mirrors it over
+// the C ABI.
+// AttentionConfig: what a caller asks for. Plain data; validate() enforces the ranges.
+#pragma once
+#include <optional>
+#include <string>
+
+namespace rtattn::core {
+
+enum class Dtype { fp16, bf16 };
+
+const char* to_string(Dtype d) noexcept;
+Dtype dtype_from_string(const std::string& s);  // throws ConfigError("dtype", ...)
+
+struct AttentionConfig {
+    static constexpr int kMaxHeadDim = 256;
+
+    int head_dim_qk = 128;              // 1..256
+    std::optional<int> head_dim_v;      // 1..256, defaults to head_dim_qk
+    Dtype dtype = Dtype::bf16;
+    bool causal = false;                // bottom-right aligned when seqlen_q != seqlen_k
+    int num_heads_q = 1;                // >= 1, divisible by num_heads_kv
+    int num_heads_kv = 1;               // >= 1 (1 = MQA, < num_heads_q = GQA)
+    std::optional<double> softmax_scale;  // > 0 and finite; default 1/sqrt(head_dim_qk)
+    std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
+
+    int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
+    double scale() const;  // the effective softmax scale
+
+    // Throws ConfigError naming the first bad field and its allowed range.
+    void validate() const;
+
+    // Canonical JSON (all fields explicit). from_json validates and names unknown or mistyped fields.
+    std::string to_json() const;
+    static AttentionConfig from_json(const std::string& json);
+
+    // Short human-readable tag, e.g. "d132 bf16 causal h32:8 sm_90a".
+    std::string describe() const;
+
+    bool operator==(const AttentionConfig&) const = default;
+};
+
+// The arch names the library knows, and the compute capability each runs on.
+bool is_known_arch(const std::string& arch) noexcept;
+std::string known_archs();  // "sm_80, sm_86, ..." for error messages
+
+}  // namespace rtattn::core
+
+// Internal code names these as rtattn::X. The public C++ API (include/rtattn/*.hpp) defines its own, header-only
+// over the C ABI; a translation unit includes one set or the other, never both.
+namespace rtattn {
+using core::Dtype;
+using core::to_string;
+using core::dtype_from_string;
+using core::AttentionConfig;
+using core::is_known_arch;
+using core::known_archs;
+}  // namespace rtattn

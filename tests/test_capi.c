@@ -1,0 +1,275 @@
+/* The C ABI from C99 (compiled with -std=c99 -pedantic -Werror): status codes, the thread's last error and its field,
+ * struct_size rules, text outputs, the runtime's options and environment, precompile, plan and stats through the
+ * shared library. No GPU needed; with one, get and a refused forward run too.
+ * Usage: test_capi CACHE_DIR (a fresh directory of its own). */
+#define _POSIX_C_SOURCE 200809L
+#include <rtattn/rtattn.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                                                             \
+    do {                                                                                                        \
+        ++checks;                                                                                               \
+        if (!(cond)) {                                                                                          \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %d %s)\n", __FILE__, __LINE__, #cond,         \
+                    (int)rtattn_last_error(), rtattn_last_error_message());                                    \
+            ++failures;                                                                                         \
+        }                                                                                                       \
+    } while (0)
+
+/* A call that must fail with `status`, naming `field`. */
+#define CHECK_FAILS(call, status, field)                                                                        \
+    do {                                                                                                        \
+        CHECK((call) == (status));                                                                              \
+        CHECK(rtattn_last_error() == (status));                                                                 \
+        CHECK(strcmp(rtattn_last_error_field(), (field)) == 0);                                                 \
+        CHECK(strlen(rtattn_last_error_message()) > strlen(field));                                             \
+    } while (0)
+
+static const char* cache_dir;
+
+static void test_versions(void) {
+    CHECK(rtattn_abi_version() == RTATTN_ABI_VERSION);
+    CHECK(strcmp(rtattn_version(), "") != 0);
+    CHECK(strcmp(rtattn_nvrtc_version(), "unknown") != 0);
+    CHECK(rtattn_is_known_arch("sm_90a") && rtattn_is_known_arch("sm_80") && !rtattn_is_known_arch("sm_70"));
+    CHECK(!rtattn_is_known_arch(NULL));
+    CHECK(strstr(rtattn_known_archs(), "sm_89") != NULL);
+}
+
+static void test_config(void) {
+    rtattn_config c;
+    rtattn_config_init(&c);
+    CHECK(c.struct_size == sizeof c && c.head_dim_qk == 128 && c.dtype == RTATTN_BF16 && c.num_heads_q == 1);
+    CHECK(rtattn_config_validate(&c) == RTATTN_OK);
+    CHECK(rtattn_last_error() == RTATTN_OK && strcmp(rtattn_last_error_message(), "") == 0);
+
+    c.head_dim_qk = 257;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "head_dim_qk");
+    CHECK(strstr(rtattn_last_error_message(), "1..256") != NULL);
+    c.head_dim_qk = 132;
+    CHECK(rtattn_config_validate(&c) == RTATTN_OK);
+    CHECK(rtattn_last_error() == RTATTN_OK); /* a successful call clears the last error */
+
+    c.has_head_dim_v = 1, c.head_dim_v = 0;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "head_dim_v");
+    c.has_head_dim_v = 0;
+    c.dtype = 7;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "dtype");
+    c.dtype = RTATTN_FP16;
+    c.causal = 2;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "causal");
+    c.causal = 1;
+    c.num_heads_q = 6, c.num_heads_kv = 4;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "num_heads_kv");
+    c.num_heads_kv = 2;
+    c.has_softmax_scale = 1, c.softmax_scale = NAN;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "softmax_scale");
+    c.softmax_scale = 0.125;
+    c.arch = "sm_70";
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "arch");
+    c.arch = "sm_90a";
+    CHECK(rtattn_config_validate(&c) == RTATTN_OK);
+    CHECK_FAILS(rtattn_config_validate(NULL), RTATTN_ERROR_ARGUMENT, "config");
+
+    /* struct_size: too small is an uninitialized struct; larger is a newer caller, fine while the tail is zero. */
+    c.struct_size = 8;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_ARGUMENT, "config.struct_size");
+    {
+        struct {
+            rtattn_config c;
+            unsigned char newer_fields[24];
+        } big;
+        memset(&big, 0, sizeof big);
+        rtattn_config_init(&big.c);
+        big.c.struct_size = sizeof big;
+        CHECK(rtattn_config_validate(&big.c) == RTATTN_OK);
+        big.newer_fields[5] = 1;
+        CHECK_FAILS(rtattn_config_validate(&big.c), RTATTN_ERROR_ARGUMENT, "config.struct_size");
+        CHECK(strstr(rtattn_last_error_message(), "upgrade") != NULL);
+    }
+}
+
+static void test_text(void) {
+    rtattn_config c, back;
+    char json[1024], small[5], arch[16], tiny_arch[3];
+    size_t needed = 0, needed2 = 0;
+    int32_t dtype = -1;
+    rtattn_config_init(&c);
+    c.head_dim_qk = 132, c.causal = 1, c.num_heads_q = 32, c.num_heads_kv = 8, c.arch = "sm_90a";
+    CHECK(rtattn_config_to_json(&c, NULL, 0, &needed) == RTATTN_OK && needed > 10);
+    CHECK(rtattn_config_to_json(&c, json, sizeof json, &needed2) == RTATTN_OK && needed2 == needed);
+    CHECK(strlen(json) + 1 == needed && strstr(json, "\"head_dim_qk\":132") != NULL);
+    CHECK(rtattn_config_to_json(&c, small, sizeof small, &needed2) == RTATTN_OK);
+    CHECK(strlen(small) == sizeof small - 1 && strncmp(small, json, sizeof small - 1) == 0);
+    CHECK(rtattn_config_describe(&c, json + 512, 512, NULL) == RTATTN_OK);
+    CHECK(strcmp(json + 512, "d132 bf16 causal h32:8 sm_90a") == 0);
+
+    rtattn_config_init(&back);
+    CHECK(rtattn_config_from_json(json, &back, arch, sizeof arch) == RTATTN_OK);
+    CHECK(back.head_dim_qk == 132 && back.causal == 1 && back.num_heads_q == 32 && back.num_heads_kv == 8);
+    CHECK(back.dtype == RTATTN_BF16 && back.arch == arch && strcmp(arch, "sm_90a") == 0);
+    CHECK_FAILS(rtattn_config_from_json(json, &back, tiny_arch, sizeof tiny_arch), RTATTN_ERROR_ARGUMENT,
+                "arch_buf");
+    CHECK_FAILS(rtattn_config_from_json("{\"head_dim\": 300}", &back, arch, sizeof arch), RTATTN_ERROR_CONFIG,
+                "head_dim");
+    CHECK_FAILS(rtattn_config_from_json("{\"head_dim\": 64, \"colour\": 1}", &back, arch, sizeof arch),
+                RTATTN_ERROR_CONFIG, "colour");
+    CHECK_FAILS(rtattn_config_from_json(NULL, &back, arch, sizeof arch), RTATTN_ERROR_ARGUMENT, "json");
+
+    CHECK(rtattn_dtype_from_string("float16", &dtype) == RTATTN_OK && dtype == RTATTN_FP16);
+    CHECK(rtattn_dtype_from_string("bfloat16", &dtype) == RTATTN_OK && dtype == RTATTN_BF16);
+    CHECK_FAILS(rtattn_dtype_from_string("fp8", &dtype), RTATTN_ERROR_CONFIG, "dtype");
+}
+
+struct log_record {
+    int lines, compiling;
+};
+
+static void on_log(void* user, int32_t level, const char* message) {
+    struct log_record* r = (struct log_record*)user;
+    ++r->lines;
+    if (level == RTATTN_LOG_INFO && strstr(message, "compiling d100") != NULL) ++r->compiling;
+}
+
+static void test_runtime(void) {
+    rtattn_runtime_options o, got;
+    rtattn_runtime* rt = NULL;
+    rtattn_runtime* only = NULL;
+    rtattn_kernel_info info;
+    rtattn_cache_stats stats;
+    rtattn_config c;
+    struct log_record log = {0, 0};
+
+    rtattn_runtime_options_init(&o);
+    CHECK(o.struct_size == sizeof o && o.log_level == RTATTN_LOG_WARN && o.lock_timeout_seconds == 60);
+    o.cache_dir = cache_dir;
+    o.cache_mode = 9;
+    CHECK_FAILS(rtattn_runtime_create(&o, &rt), RTATTN_ERROR_CONFIG, "cache_mode");
+    CHECK(rt == NULL);
+    o.cache_mode = RTATTN_CACHE_JIT;
+    o.lock_timeout_seconds = -1;
+    CHECK_FAILS(rtattn_runtime_create(&o, &rt), RTATTN_ERROR_CONFIG, "lock_timeout_seconds");
+    o.lock_timeout_seconds = 30;
+    CHECK_FAILS(rtattn_runtime_create(&o, NULL), RTATTN_ERROR_ARGUMENT, "out");
+
+    /* The environment overrides what the program set, and is read strictly. */
+    setenv("RTATTN_LOG_LEVEL", "loud", 1);
+    CHECK_FAILS(rtattn_runtime_create(&o, &rt), RTATTN_ERROR_CONFIG, "RTATTN_LOG_LEVEL");
+    setenv("RTATTN_LOG_LEVEL", "debug", 1);
+    setenv("RTATTN_CACHE_ONLY", "1", 1);
+    CHECK(rtattn_runtime_create(&o, &only) == RTATTN_OK);
+    unsetenv("RTATTN_LOG_LEVEL");
+    unsetenv("RTATTN_CACHE_ONLY");
+    rtattn_runtime_options_init(&got);
+    CHECK(rtattn_runtime_options_get(only, &got) == RTATTN_OK);
+    CHECK(got.cache_mode == RTATTN_CACHE_ONLY && got.log_level == RTATTN_LOG_DEBUG);
+    CHECK(got.max_concurrent_compiles >= 1 && strcmp(got.cache_dir, cache_dir) == 0 && got.tile_override == NULL);
+
+    o.log_level = RTATTN_LOG_INFO;
+    o.log_callback = on_log;
+    o.log_user_data = &log;
+    CHECK(rtattn_runtime_create(&o, &rt) == RTATTN_OK && rt != NULL);
+
+    rtattn_config_init(&c);
+    c.head_dim_qk = 100, c.arch = "sm_80";
+    rtattn_kernel_info_init(&info);
+    CHECK_FAILS(rtattn_runtime_precompile(only, &c, &info), RTATTN_ERROR_CACHE_MISS, "");
+    CHECK(strstr(rtattn_last_error_message(), "d100") != NULL);
+    CHECK(rtattn_runtime_precompile(rt, &c, &info) == RTATTN_OK);
+    CHECK(strlen(info.key) == 64 && strcmp(info.arch, "sm_80") == 0 && info.padded_qk == 112 && info.padded_v == 104);
+    CHECK(info.registers > 0 && info.spill_bytes == 0 && info.from_cache == 0 && info.vec_qk == 4);
+    CHECK(info.useful_flop_fraction > 0.9 && info.useful_flop_fraction < 1 && strlen(info.reason) > 0);
+    CHECK(log.compiling == 1); /* the callback got the compile, with its user data */
+    CHECK(rtattn_runtime_precompile(only, &c, NULL) == RTATTN_OK); /* now cached: the cache-only runtime has it */
+
+    CHECK(rtattn_runtime_plan(rt, &c, &info) == RTATTN_OK && info.registers == -1 && info.padded_qk == 112);
+    rtattn_cache_stats_init(&stats);
+    CHECK(rtattn_runtime_stats(rt, &stats) == RTATTN_OK);
+    CHECK(stats.compiles == 1 && stats.disk_enabled == 1 && strncmp(stats.dir, cache_dir, strlen(cache_dir)) == 0);
+    CHECK(stats.bytes_written > 0);
+
+    CHECK_FAILS(rtattn_runtime_precompile(NULL, &c, &info), RTATTN_ERROR_ARGUMENT, "runtime");
+    c.head_dim_qk = 0;
+    CHECK_FAILS(rtattn_runtime_precompile(rt, &c, &info), RTATTN_ERROR_CONFIG, "head_dim_qk");
+
+    {
+        /* get: with no driver or GPU a CUDA error naming the call; with a GPU a kernel that refuses bad arguments. */
+        rtattn_kernel* k = NULL;
+        rtattn_status s;
+        c.head_dim_qk = 64, c.arch = NULL;
+        s = rtattn_runtime_get(rt, &c, &k);
+        if (s == RTATTN_OK) {
+            rtattn_forward_args args;
+            rtattn_config kc;
+            rtattn_forward_args_init(&args);
+            CHECK_FAILS(rtattn_kernel_forward(k, &args, NULL), RTATTN_ERROR_ARGUMENT, "batch");
+            rtattn_config_init(&kc);
+            CHECK(rtattn_kernel_get_config(k, &kc) == RTATTN_OK && kc.head_dim_qk == 64 && strlen(kc.arch) > 0);
+            rtattn_kernel_retain(k);
+            rtattn_kernel_release(k);
+            rtattn_kernel_release(k);
+            printf("test_capi: a GPU is present; get and a refused forward ran\n");
+        } else {
+            /* No GPU: an empty arch cannot be resolved (config error); an explicit one fails at the driver. */
+            CHECK(s == RTATTN_ERROR_CONFIG && strcmp(rtattn_last_error_field(), "arch") == 0);
+            c.arch = "sm_80";
+            CHECK(rtattn_runtime_get(rt, &c, &k) == RTATTN_ERROR_CUDA && k == NULL);
+            CHECK(strlen(rtattn_last_error_cuda_call()) > 0);
+        }
+    }
+    CHECK_FAILS(rtattn_kernel_forward(NULL, NULL, NULL), RTATTN_ERROR_ARGUMENT, "kernel");
+    rtattn_kernel_release(NULL);
+
+    {
+        rtattn_tensor t = rtattn_tensor_contiguous((const void*)256, 10, 4, 132);
+        CHECK(t.head_stride == 132 && t.seq_stride == 4 * 132 && t.batch_stride == 10 * 4 * 132);
+    }
+    rtattn_runtime_destroy(only);
+    rtattn_runtime_destroy(rt);
+    rtattn_runtime_destroy(NULL);
+}
+
+/* The last error is per thread: a failure in one thread is not seen by another. */
+static void* fail_in_thread(void* arg) {
+    rtattn_config c;
+    (void)arg;
+    rtattn_config_init(&c);
+    c.num_heads_q = 0;
+    return (void*)(size_t)(rtattn_config_validate(&c) == RTATTN_ERROR_CONFIG &&
+                           strcmp(rtattn_last_error_field(), "num_heads_q") == 0);
+}
+
+static void test_thread_local(void) {
+    pthread_t t;
+    void* ok = NULL;
+    rtattn_config c;
+    rtattn_config_init(&c);
+    c.head_dim_qk = 999;
+    CHECK(rtattn_config_validate(&c) == RTATTN_ERROR_CONFIG);
+    CHECK(pthread_create(&t, NULL, fail_in_thread, NULL) == 0 && pthread_join(t, &ok) == 0);
+    CHECK(ok != NULL);
+    CHECK(strcmp(rtattn_last_error_field(), "head_dim_qk") == 0);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_capi CACHE_DIR\n");
+        return 2;
+    }
+    cache_dir = argv[1];
+    test_versions();
+    test_config();
+    test_text();
+    test_runtime();
+    test_thread_local();
+    printf("test_capi: %d checks, %d failed\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}
