@@ -1,6 +1,7 @@
 // AttentionConfig: what a caller asks for. Plain data; validate() enforces the ranges. Header-only over the C ABI.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 

@@ -6,9 +6,11 @@
 #if !defined(__cplusplus) || __cplusplus < 201703L
 #error "rtattn's C++ API needs C++17 or newer; C callers include <rtattn/rtattn.h>"
 #endif
+#include <cstddef>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "rtattn/rtattn.h"
 

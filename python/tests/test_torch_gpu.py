@@ -3,6 +3,8 @@
 written (the allocator is poisoned with NaN first); torch.compile(fullgraph=True); CUDA graph capture and replay;
 argument errors naming the argument."""
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -178,6 +180,17 @@ def test_torch_compile_fullgraph():
         got2 = compiled(torch.randn(2, 300, 256, device="cuda", dtype=torch.bfloat16))
     assert got2.shape == eager.shape
     assert rel_err(got, eager.double()) < 1e-2
+
+
+def test_first_use_under_torch_compile_in_a_fresh_process():
+    """rtattn imported before torch, and its first call made while dynamo traces: the op registers mid-trace."""
+    code = ("import rtattn, torch\n"
+            "q = torch.randn(1, 64, 2, 72, device='cuda', dtype=torch.bfloat16)\n"
+            "f = torch.compile(lambda q: rtattn.attention(q, q, q, causal=True), fullgraph=True, backend='aot_eager')\n"
+            "torch.testing.assert_close(f(q), rtattn.attention(q, q, q, causal=True))\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
 
 
 def test_cuda_graph_capture_and_replay():
