@@ -1,8 +1,9 @@
 """rtattn.attention for PyTorch: a torch.library custom op ("rtattn::attention") over the C ABI, with a fake (meta)
 implementation so that torch.compile traces it without a graph break and CUDA graphs capture it.
 
-Kernels are looked up once per (runtime, device, dtype, head dims, heads, causal, scale) and kept: the hot path is a
-dict lookup, two torch.empty calls, one argument struct and one C call (docs/PERFORMANCE.md: per-call overhead)."""
+Kernels are looked up once per (runtime, device, dtype, head dims, heads, causal, scale) and kept: the hot path is
+the argument checks, a dict lookup, torch.empty for the outputs, one argument struct and one C call
+(docs/PERFORMANCE.md: per-call overhead)."""
 import ctypes
 import math
 import threading
@@ -75,44 +76,56 @@ def _kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, cau
     return kernel
 
 
-def _set(t: "_lib.Tensor", x: torch.Tensor) -> None:
+def _tensor(x: torch.Tensor) -> "_lib.Tensor":
     # A dim of extent 1 is never stepped over, and torch may give it any stride (unsqueeze, expand): pass 0.
     n, s = x.shape, x.stride()
-    t.ptr = x.data_ptr()
-    t.batch_stride = s[0] if n[0] > 1 else 0
-    t.seq_stride = s[1] if n[1] > 1 else 0
-    t.head_stride = s[2] if n[2] > 1 else 0
+    return _lib.Tensor(x.data_ptr(), s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0, s[2] if n[2] > 1 else 0)
 
 
-def _run(q, k, v, causal, softmax_scale, return_lse):
+_ARGS_SIZE = ctypes.sizeof(_lib.ForwardArgs)
+# The current stream as a raw handle without building a torch.cuda.Stream object (a few µs per call); the public
+# call where this private one is missing.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+    (lambda device: torch.cuda.current_stream(device).cuda_stream)
+
+
+def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
+    """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device) if return_lse else lse_placeholder(q)
     if b == 0 or sq == 0:
         return o, lse
     if sk == 0:  # every query sees no key: the library's convention for such rows
         o.zero_()
-        lse.fill_(math.inf)
+        if return_lse:
+            lse.fill_(math.inf)
         return o, lse
     kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
-    args = _lib.ForwardArgs()
-    args.struct_size = ctypes.sizeof(args)
-    _set(args.q, q), _set(args.k, k), _set(args.v, v), _set(args.o, o)
-    args.lse = lse.data_ptr() if return_lse else None
-    args.batch, args.seqlen_q, args.seqlen_k = b, sq, sk
-    kernel.launch(args, torch.cuda.current_stream(q.device).cuda_stream)
+    args = _lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
+                            lse.data_ptr() if return_lse else None, b, sq, sk)
+    kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
+
+
+def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
+    _check(q, k, v, causal, softmax_scale)
+    if q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
+            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder)
+    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder)
+
+
+def _empty_lse(q):
+    return q.new_empty((0,), dtype=torch.float32)
 
 
 @torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
                   return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    _check(q, k, v, causal, softmax_scale)
-    if q.device.index != torch.cuda.current_device():
-        with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
-            return _run(q, k, v, causal, softmax_scale, return_lse)
-    return _run(q, k, v, causal, softmax_scale, return_lse)
+    # An op returns tensors only: without return_lse, lse is an empty placeholder.
+    return _forward(q, k, v, causal, softmax_scale, return_lse, _empty_lse)
 
 
 @_attention_op.register_fake
@@ -133,6 +146,33 @@ def _no_backward(ctx, grad_o, grad_lse):
 _attention_op.register_autograd(_no_backward)
 
 
+# What tells a plain eager call from one that something records or transforms. The private probes are looked up
+# once; where one is missing (another torch version), every call takes the op, which is always right.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+try:
+    from torch.autograd import forward_ad as _forward_ad
+except ImportError:
+    _forward_ad = None
+
+
+def _plain_eager(q, k, v) -> bool:
+    """True when nothing but the result is wanted: not tracing (dynamo, export), plain CUDA tensors (no fake or other
+    subclass), no autograd graph to record, no forward-mode AD, no functorch transform, no dispatch mode."""
+    if torch.compiler.is_compiling() or not (type(q) is torch.Tensor and type(k) is torch.Tensor and
+                                             type(v) is torch.Tensor and q.is_cuda):
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    if _transforms_active is None or _transforms_active() or _dispatch_modes is None or _dispatch_modes() > 0:
+        return False
+    return _forward_ad is not None and getattr(_forward_ad, "_current_level", 0) < 0
+
+
+def _no_lse(q):
+    return None
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, return_lse: bool = False):
     """Scaled dot-product attention on CUDA tensors in FlashAttention's layout.
@@ -143,6 +183,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     Runs on the tensors' device and its current stream; the output is a new [batch, seqlen_q, heads_q, head_dim_v]
     tensor. With return_lse, also the float32 [batch, heads_q, seqlen_q] natural-log sum-exp of the scaled scores.
     Inference only for now: the backward raises NotImplementedError."""
-    _check(q, k, v, causal, softmax_scale)
-    o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, return_lse)
+    if _plain_eager(q, k, v):
+        # The same implementation without the dispatcher's round trip through the custom op (about half the
+        # per-call host cost; docs/PERFORMANCE.md).
+        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse)
+    else:
+        _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
+        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, return_lse)
     return (o, lse) if return_lse else o

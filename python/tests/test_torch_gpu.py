@@ -221,6 +221,35 @@ def test_meta_tensors_give_shapes():
     assert o.shape == (2, 10, 8, 100) and lse.shape == (2, 8, 10) and o.device.type == "meta"
 
 
+def test_the_op_and_the_eager_path_agree():
+    """rtattn.attention skips the dispatcher for plain eager calls; torch.ops.rtattn.attention is the same code."""
+    q, k, v = make(2, 200, 300, 6, 2, 100, 100, torch.bfloat16, seed=31)
+    o, lse = rtattn.attention(q, k, v, causal=True, return_lse=True)
+    o2, lse2 = torch.ops.rtattn.attention(q, k, v, True, None, True)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    o3, empty = torch.ops.rtattn.attention(q, k, v, True, None, False)
+    assert torch.equal(o, o3) and empty.numel() == 0
+    with torch.inference_mode():
+        assert torch.equal(rtattn.attention(q, k, v, causal=True), o)
+
+
+def test_what_is_recorded_or_transformed_is_never_silently_dropped():
+    """Forward-mode AD and functorch transforms take the op, which refuses (no derivative), instead of the eager
+    path returning a result without tangents or gradients."""
+    from torch.autograd import forward_ad
+    q, k, v = make(1, 32, 32, 2, 2, 64, 64, torch.bfloat16, seed=32)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(q, torch.randn_like(q))
+        try:
+            out = rtattn.attention(dual, k, v)
+        except (RuntimeError, NotImplementedError):
+            pass  # refused: right
+        else:
+            assert forward_ad.unpack_dual(out).tangent is not None, "the tangent was silently dropped"
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        torch.func.grad(lambda x: rtattn.attention(x, k, v).float().sum())(q)
+
+
 def test_backward_is_refused_clearly():
     q, k, v = make(1, 64, 64, 2, 2, 64, 64, torch.bfloat16, seed=4)
     q.requires_grad_()
