@@ -169,6 +169,19 @@ def _plain_eager(q, k, v) -> bool:
     return _forward_ad is not None and getattr(_forward_ad, "_current_level", 0) < 0
 
 
+def _refuse_what_the_op_would_drop(q, k, v) -> None:
+    """The custom op lets forward-mode AD through without a tangent and without an error (measured with torch
+    2.11); torch.func transforms are not supported either. There is no derivative yet: refuse, never drop it."""
+    if _forward_ad is not None and getattr(_forward_ad, "_current_level", -1) >= 0:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if _forward_ad.unpack_dual(t).tangent is not None:
+                raise NotImplementedError(f"{name}: carries a forward-mode AD tangent; rtattn.attention has no "
+                                          "derivative yet (training support is the next step, issue 12)")
+    if _transforms_active is not None and _transforms_active():
+        raise NotImplementedError("rtattn.attention does not support torch.func transforms (grad, jvp, vmap) yet; "
+                                  "call it outside them")
+
+
 def _no_lse(q):
     return None
 
@@ -189,5 +202,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
+        if not torch.compiler.is_compiling():
+            _refuse_what_the_op_would_drop(q, k, v)
         o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, return_lse)
     return (o, lse) if return_lse else o

@@ -234,20 +234,21 @@ def test_the_op_and_the_eager_path_agree():
 
 
 def test_what_is_recorded_or_transformed_is_never_silently_dropped():
-    """Forward-mode AD and functorch transforms take the op, which refuses (no derivative), instead of the eager
-    path returning a result without tangents or gradients."""
+    """Forward-mode AD and torch.func transforms are refused (there is no derivative yet), never answered with a
+    result that silently lacks its tangent or gradient."""
     from torch.autograd import forward_ad
     q, k, v = make(1, 32, 32, 2, 2, 64, 64, torch.bfloat16, seed=32)
     with forward_ad.dual_level():
         dual = forward_ad.make_dual(q, torch.randn_like(q))
-        try:
-            out = rtattn.attention(dual, k, v)
-        except (RuntimeError, NotImplementedError):
-            pass  # refused: right
-        else:
-            assert forward_ad.unpack_dual(out).tangent is not None, "the tangent was silently dropped"
-    with pytest.raises((RuntimeError, NotImplementedError)):
+        with pytest.raises(NotImplementedError, match="q: carries a forward-mode AD tangent"):
+            rtattn.attention(dual, k, v)
+        assert rtattn.attention(q, k, v).shape == q.shape  # no tangent anywhere: runs
+    with pytest.raises(NotImplementedError):
         torch.func.grad(lambda x: rtattn.attention(x, k, v).float().sum())(q)
+    with pytest.raises(NotImplementedError, match="forward-mode AD|torch.func"):
+        torch.func.jvp(lambda x: rtattn.attention(x, k, v), (q,), (torch.randn_like(q),))
+    with pytest.raises(NotImplementedError, match="torch.func"):
+        torch.func.vmap(lambda x: rtattn.attention(x, k, v))(q[None])
 
 
 def test_backward_is_refused_clearly():
