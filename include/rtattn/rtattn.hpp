@@ -5,3 +5,4 @@
 #include "rtattn/errors.hpp"
 #include "rtattn/rtattn.h"
 #include "rtattn/runtime.hpp"
+#include "rtattn/types.hpp"

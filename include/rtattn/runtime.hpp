@@ -9,96 +9,9 @@
 #include <utility>
 
 #include "rtattn/config.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn {
-
-enum class CacheMode {
-    jit,         // compile on a miss
-    cache_only,  // a miss throws CacheMissError naming the config (servers that must never JIT)
-};
-
-enum class LogLevel { quiet, warn, info, debug };
-
-struct RuntimeOptions {
-    std::string cache_dir;                // empty: $RTATTN_CACHE_DIR, else $XDG_CACHE_HOME/rtattn, else ~/.cache/rtattn
-    CacheMode mode = CacheMode::jit;      // RTATTN_CACHE_ONLY=1 in the environment forces cache_only
-    // 0: one per hardware thread, at most 8. Never more than the hardware threads (each NVRTC run can take 100s of
-    // MB); Runtime::options() shows the number in effect.
-    int max_concurrent_compiles = 0;
-    std::uint64_t max_cache_bytes = 2ull << 30;  // disk cap; least recently used entries are evicted past it
-    LogLevel log_level = LogLevel::warn;  // RTATTN_LOG_LEVEL=quiet|warn|info|debug in the environment replaces it
-    // Default: stderr with an "rtattn:" prefix. Called from whichever thread logs; exceptions it throws are dropped.
-    std::function<void(LogLevel, const std::string&)> log_sink;
-    // A cached cubin runs in this process, so by default an entry is loaded only if it and every directory from the
-    // cache root down are owned by you or root and writable by nobody else. true (or RTATTN_SHARED_CACHE=1) trusts
-    // a team cache that is group-writable on purpose: then anyone who can write it can run code in this process.
-    // A directory writable by every user is never trusted.
-    bool shared_cache = false;
-    // How long to wait for another process that is building the same kernel (0..86400); past it the kernel is
-    // built into memory and not stored, so an entry never has two writers.
-    double lock_timeout_seconds = 60;
-    // Replaces the plan table's tile choice, "block_m,block_n,warps,m_tiles,stages,q_in_regs[,schedule[,swizzle
-    // [,pv_step[,wide_v]]]]": a tuning knob (tools/bench/tile_sweep.sh). Empty: RTATTN_TILE, read once here, else
-    // the table. The choice is part of the rendered source, so it gets its own cache entries.
-    std::string tile_override;
-};
-
-struct CacheStats {
-    std::uint64_t memory_hits = 0;
-    std::uint64_t disk_hits = 0;
-    std::uint64_t misses = 0;
-    std::uint64_t compiles = 0;
-    double compile_seconds = 0;          // NVRTC time, not counting waits for a compile slot
-    std::uint64_t bad_entries = 0;       // corrupt entries found, removed and rebuilt
-    std::uint64_t evictions = 0;
-    std::uint64_t bytes_written = 0;
-    std::uint64_t disk_bytes = 0;        // size of the disk cache as last scanned
-    bool disk_enabled = true;            // false when the cache dir cannot be used or is not trusted (memory only)
-    std::string dir;
-};
-
-// Strides are in elements; the last (head_dim) dimension is contiguous. Layout: [batch, seq, head, dim].
-struct TensorArg {
-    const void* ptr = nullptr;
-    std::int64_t batch_stride = 0;
-    std::int64_t seq_stride = 0;
-    std::int64_t head_stride = 0;
-};
-
-struct ForwardArgs {
-    TensorArg q, k, v;               // q: [batch, seqlen_q, heads_q, d_qk], k: [.., seqlen_k, heads_kv, d_qk], v: d_v
-    TensorArg o;                     // [batch, seqlen_q, heads_q, d_v], written (o.ptr is cast to non-const)
-    float* lse = nullptr;            // optional [batch, heads_q, seqlen_q] float32, natural-log sum-exp of scaled scores
-    int batch = 0;
-    int seqlen_q = 0;
-    int seqlen_k = 0;
-
-    // Fills strides for a contiguous [batch, seq, head, dim] tensor.
-    static TensorArg contiguous(const void* ptr, int seqlen, int heads, int dim) {
-        const rtattn_tensor t = rtattn_tensor_contiguous(ptr, seqlen, heads, dim);
-        return TensorArg{t.ptr, t.batch_stride, t.seq_stride, t.head_stride};
-    }
-};
-
-// What the planner chose, for `rtattn info` and logging.
-struct PlanSummary {
-    int padded_qk = 0, padded_v = 0;   // head dims after padding to the MMA shape
-    int block_m = 0, block_n = 0, warps = 0, stages = 0;
-    int smem_bytes = 0;
-    int vec_qk = 0, vec_v = 0;         // elements per vector access: pointers and strides must be multiples
-    double useful_flop_fraction = 0;  // useful / issued MMA FLOPs (padding waste)
-    std::string kernel;               // e.g. "mma.sync", "wgmma, swizzled tiles, producer warpgroup, ping-pong"
-    std::string reason;               // the plan table row's reason
-};
-
-struct KernelInfo {
-    std::string key;       // SHA-256 cache key (hex)
-    std::string arch;
-    PlanSummary plan;
-    int registers = -1;    // from ptxas when this process compiled it, else -1
-    int spill_bytes = -1;
-    bool from_cache = false;
-};
 
 namespace detail {
 

@@ -67,15 +67,6 @@ void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, 
         throw ArgumentError("lse", "must be 4-byte aligned (float32)");
 }
 
-TensorArg ForwardArgs::contiguous(const void* ptr, int seqlen, int heads, int dim) {
-    TensorArg t;
-    t.ptr = ptr;
-    t.head_stride = dim;
-    t.seq_stride = std::int64_t(heads) * dim;
-    t.batch_stride = std::int64_t(seqlen) * heads * dim;
-    return t;
-}
-
 void Kernel::forward(const ForwardArgs& a, void* stream) const {
     if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
     const Impl& k = *impl_;

@@ -36,6 +36,14 @@ rtattn_status guard(F&& body) noexcept {
     }
 }
 
+// A struct_size below this library's size is an uninitialized struct (the structs are at their first version).
+inline void check_struct_size(std::size_t given, std::size_t ours, const char* name) {
+    if (given < ours)
+        throw core::ArgumentError(std::string(name) + ".struct_size",
+                                  std::to_string(given) + " is too small for this struct (" + std::to_string(ours) +
+                                      " bytes); set it with the matching rtattn_*_init function");
+}
+
 // Reads a versioned struct: defaults first (`init`), then the caller's bytes up to its struct_size. The structs are
 // at their first version, so a smaller struct_size is an uninitialized struct; a larger one is a newer caller, fine
 // as long as the fields this library does not know are zero.
@@ -45,10 +53,7 @@ T read_struct(const T* in, const char* name, Init init) {
     init(&out);
     if (!in) throw core::ArgumentError(name, "is NULL");
     const std::size_t n = in->struct_size;
-    if (n < sizeof(T))
-        throw core::ArgumentError(std::string(name) + ".struct_size",
-                                  std::to_string(n) + " is too small for this struct (" + std::to_string(sizeof(T)) +
-                                      " bytes); set it with the matching rtattn_*_init function");
+    check_struct_size(n, sizeof(T), name);
     const auto* bytes = reinterpret_cast<const unsigned char*>(in);
     for (std::size_t i = sizeof(T); i < n; ++i)
         if (bytes[i] != 0)
@@ -65,10 +70,7 @@ template <class T>
 void write_struct(const T& value, T* out, const char* name) {
     if (!out) throw core::ArgumentError(name, "is NULL");
     const std::size_t n = out->struct_size;
-    if (n < sizeof(T))
-        throw core::ArgumentError(std::string(name) + ".struct_size",
-                                  std::to_string(n) + " is too small for this struct (" + std::to_string(sizeof(T)) +
-                                      " bytes); set it with the matching rtattn_*_init function");
+    check_struct_size(n, sizeof(T), name);
     std::memcpy(out, &value, sizeof(T));
     out->struct_size = n;
 }
