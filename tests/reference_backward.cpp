@@ -1,0 +1,170 @@
+#include "reference_backward.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <thread>
+
+namespace rtattn::test {
+
+int DenseProblem::visible(int i) const {
+    if (!causal) return seqlen_k;
+    return int(std::clamp<long long>((long long)i + seqlen_k - seqlen_q + 1, 0, seqlen_k));
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Runs body(item) for item in [0, items) over `threads` threads (the caller's included).
+void parallel_for(long long items, int threads, const std::function<void(long long)>& body) {
+    if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    threads = int(std::max<long long>(1, std::min<long long>(threads, items)));
+    std::atomic<long long> next{0};
+    auto worker = [&] {
+        for (long long it; (it = next.fetch_add(1)) < items;) body(it);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+}
+
+double dot(const double* a, const double* b, int n) {
+    double s = 0;
+    for (int d = 0; d < n; ++d) s += a[d] * b[d];
+    return s;
+}
+
+// Per (batch, query head, row): the row's log-sum-exp of the scaled scores (+inf when it sees no key) and
+// D = sum_j P_ij dP_ij = dO_i . O_i.
+struct RowStats {
+    std::vector<double> lse, delta;
+    std::size_t at(const DenseProblem& p, int b, int h, int i) const {
+        return (std::size_t(b) * p.heads_q + h) * p.seqlen_q + i;
+    }
+};
+
+double score(const DenseProblem& p, int b, int h, int i, int j) {
+    const int kvh = h / (p.heads_q / p.heads_kv);
+    return p.scale * dot(&p.q[p.q_index(b, i, h, 0)], &p.k[p.k_index(b, j, kvh, 0)], p.head_dim_qk);
+}
+
+double dp(const DenseProblem& p, int b, int h, int i, int j) {
+    const int kvh = h / (p.heads_q / p.heads_kv);
+    return dot(&p.dout[p.o_index(b, i, h, 0)], &p.v[p.v_index(b, j, kvh, 0)], p.head_dim_v);
+}
+
+}  // namespace
+
+std::vector<double> dense_forward(const DenseProblem& p) {
+    std::vector<double> o(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_v, 0.0);
+    const int group = p.heads_q / p.heads_kv;
+    std::vector<double> s(p.seqlen_k);
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.heads_q; ++h)
+            for (int i = 0; i < p.seqlen_q; ++i) {
+                const int n = p.visible(i);
+                if (n == 0) continue;
+                double mx = -kInf, sum = 0;
+                for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
+                for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+                for (int j = 0; j < n; ++j)
+                    for (int d = 0; d < p.head_dim_v; ++d)
+                        o[p.o_index(b, i, h, d)] += s[j] / sum * p.v[p.v_index(b, j, h / group, d)];
+            }
+    return o;
+}
+
+BackwardResult dense_backward(const DenseProblem& p, int threads) {
+    BackwardResult r;
+    r.dq.assign(p.q.size(), 0.0);
+    r.dk.assign(p.k.size(), 0.0);
+    r.dv.assign(p.v.size(), 0.0);
+    const int group = p.heads_q / p.heads_kv;
+    RowStats st;
+    st.lse.assign(std::size_t(p.batch) * p.heads_q * p.seqlen_q, kInf);
+    st.delta.assign(st.lse.size(), 0.0);
+
+    // Pass 1, query rows: softmax statistics, D, and dQ_i = scale * sum_j dS_ij k_j.
+    parallel_for((long long)p.batch * p.heads_q * p.seqlen_q, threads, [&](long long it) {
+        const int i = int(it % p.seqlen_q);
+        const int h = int(it / p.seqlen_q % p.heads_q);
+        const int b = int(it / p.seqlen_q / p.heads_q);
+        const int n = p.visible(i);
+        if (n == 0) return;  // lse +inf, D 0, dQ row 0
+        std::vector<double> s(n), pr(n), dpr(n);
+        double mx = -kInf, sum = 0;
+        for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
+        for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
+        const double lse = mx + std::log(sum);
+        double delta = 0;
+        for (int j = 0; j < n; ++j) {
+            pr[j] = std::exp(s[j] - lse);
+            dpr[j] = dp(p, b, h, i, j);
+            delta += pr[j] * dpr[j];
+        }
+        st.lse[st.at(p, b, h, i)] = lse;
+        st.delta[st.at(p, b, h, i)] = delta;
+        double* dq = &r.dq[p.q_index(b, i, h, 0)];
+        for (int j = 0; j < n; ++j) {
+            const double ds = pr[j] * (dpr[j] - delta);
+            const double* kj = &p.k[p.k_index(b, j, h / group, 0)];
+            for (int d = 0; d < p.head_dim_qk; ++d) dq[d] += p.scale * ds * kj[d];
+        }
+    });
+
+    // Pass 2, key rows of each KV head: dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i over the group.
+    parallel_for((long long)p.batch * p.heads_kv * p.seqlen_k, threads, [&](long long it) {
+        const int j = int(it % p.seqlen_k);
+        const int kvh = int(it / p.seqlen_k % p.heads_kv);
+        const int b = int(it / p.seqlen_k / p.heads_kv);
+        double* dk = &r.dk[p.k_index(b, j, kvh, 0)];
+        double* dv = &r.dv[p.v_index(b, j, kvh, 0)];
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h)
+            for (int i = 0; i < p.seqlen_q; ++i) {
+                if (j >= p.visible(i)) continue;
+                const std::size_t row = st.at(p, b, h, i);
+                const double pr = std::exp(score(p, b, h, i, j) - st.lse[row]);
+                const double ds = pr * (dp(p, b, h, i, j) - st.delta[row]);
+                const double* qi = &p.q[p.q_index(b, i, h, 0)];
+                const double* doi = &p.dout[p.o_index(b, i, h, 0)];
+                for (int d = 0; d < p.head_dim_v; ++d) dv[d] += pr * doi[d];
+                for (int d = 0; d < p.head_dim_qk; ++d) dk[d] += p.scale * ds * qi[d];
+            }
+    });
+    return r;
+}
+
+DenseProblem dense_from(const ReferenceProblem& p, const HostTensorView& dout) {
+    DenseProblem d;
+    d.batch = p.batch, d.seqlen_q = p.seqlen_q, d.seqlen_k = p.seqlen_k;
+    d.heads_q = p.heads_q, d.heads_kv = p.heads_kv, d.head_dim_qk = p.head_dim_qk, d.head_dim_v = p.head_dim_v;
+    d.causal = p.causal, d.scale = p.scale;
+    d.q.resize(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_qk);
+    d.k.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_qk);
+    d.v.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_v);
+    d.dout.resize(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_v);
+    for (int b = 0; b < p.batch; ++b) {
+        for (int s = 0; s < p.seqlen_q; ++s)
+            for (int h = 0; h < p.heads_q; ++h) {
+                for (int e = 0; e < p.head_dim_qk; ++e) d.q[d.q_index(b, s, h, e)] = from_bits(p.q.at(b, s, h, e), p.dtype);
+                for (int e = 0; e < p.head_dim_v; ++e)
+                    d.dout[d.o_index(b, s, h, e)] = from_bits(dout.at(b, s, h, e), p.dtype);
+            }
+        for (int s = 0; s < p.seqlen_k; ++s)
+            for (int h = 0; h < p.heads_kv; ++h) {
+                for (int e = 0; e < p.head_dim_qk; ++e) d.k[d.k_index(b, s, h, e)] = from_bits(p.k.at(b, s, h, e), p.dtype);
+                for (int e = 0; e < p.head_dim_v; ++e) d.v[d.v_index(b, s, h, e)] = from_bits(p.v.at(b, s, h, e), p.dtype);
+            }
+    }
+    return d;
+}
+
+BackwardResult reference_backward(const ReferenceProblem& p, const HostTensorView& dout, int threads) {
+    return dense_backward(dense_from(p, dout), threads);
+}
+
+}  // namespace rtattn::test

@@ -1,0 +1,136 @@
+// The backward reference checked on its own, with no GPU: against central finite differences of the forward on
+// tiny problems (every head layout the kernels meet: MHA, GQA, causal both ways, d_qk != d_v), and on cases whose
+// gradients are known in closed form.
+#include <cmath>
+#include <random>
+
+#include "catch.hpp"
+#include "reference_backward.hpp"
+
+using namespace rtattn;
+using test::DenseProblem;
+
+namespace {
+
+DenseProblem random_problem(int sq, int sk, int hq, int hkv, int dqk, int dv, bool causal, unsigned seed) {
+    DenseProblem p;
+    p.seqlen_q = sq, p.seqlen_k = sk, p.heads_q = hq, p.heads_kv = hkv, p.head_dim_qk = dqk, p.head_dim_v = dv;
+    p.batch = 2, p.causal = causal, p.scale = 0.7;
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> n(0.0, 1.0);
+    auto fill = [&](std::vector<double>& x, std::size_t count) {
+        x.resize(count);
+        for (auto& e : x) e = n(rng);
+    };
+    fill(p.q, std::size_t(p.batch) * sq * hq * dqk);
+    fill(p.k, std::size_t(p.batch) * sk * hkv * dqk);
+    fill(p.v, std::size_t(p.batch) * sk * hkv * dv);
+    fill(p.dout, std::size_t(p.batch) * sq * hq * dv);
+    return p;
+}
+
+// L = sum(dO * O): its gradient with respect to Q, K, V is what dense_backward computes.
+double loss(const DenseProblem& p) {
+    const auto o = test::dense_forward(p);
+    double l = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) l += p.dout[i] * o[i];
+    return l;
+}
+
+// Largest |analytic - numeric| over every element of one input, relative to the largest gradient.
+double fd_error(DenseProblem p, std::vector<double> DenseProblem::*input, const std::vector<double>& analytic) {
+    const double h = 1e-6;
+    double worst = 0, scale = 1e-12;
+    for (std::size_t i = 0; i < (p.*input).size(); ++i) {
+        const double x = (p.*input)[i];
+        (p.*input)[i] = x + h;
+        const double up = loss(p);
+        (p.*input)[i] = x - h;
+        const double down = loss(p);
+        (p.*input)[i] = x;
+        const double numeric = (up - down) / (2 * h);
+        worst = std::max(worst, std::fabs(numeric - analytic[i]));
+        scale = std::max(scale, std::fabs(analytic[i]));
+    }
+    return worst / scale;
+}
+
+}  // namespace
+
+TEST_CASE("backward reference matches finite differences", "[reference]") {
+    struct Case {
+        int sq, sk, hq, hkv, dqk, dv;
+        bool causal;
+    };
+    const Case cases[] = {
+        {3, 4, 2, 2, 3, 2, false},  // MHA, Sq < Sk
+        {4, 4, 4, 2, 5, 5, true},   // GQA 2:1, causal square
+        {5, 3, 3, 1, 2, 4, true},   // MQA, causal with Sq > Sk: two rows see no key
+        {2, 6, 2, 1, 4, 3, true},   // causal with Sq < Sk (bottom-right: row 0 sees 5 keys)
+        {1, 1, 1, 1, 1, 1, false},  // one key: softmax is 1, dQ and dK are 0
+    };
+    unsigned seed = 1;
+    for (const Case& c : cases) {
+        INFO("sq " << c.sq << " sk " << c.sk << " h " << c.hq << ":" << c.hkv << " d " << c.dqk << "/" << c.dv
+                   << (c.causal ? " causal" : ""));
+        const DenseProblem p = random_problem(c.sq, c.sk, c.hq, c.hkv, c.dqk, c.dv, c.causal, seed++);
+        const auto g = test::dense_backward(p, 2);
+        CHECK(fd_error(p, &DenseProblem::q, g.dq) < 1e-6);
+        CHECK(fd_error(p, &DenseProblem::k, g.dk) < 1e-6);
+        CHECK(fd_error(p, &DenseProblem::v, g.dv) < 1e-6);
+    }
+}
+
+TEST_CASE("backward reference: closed-form cases", "[reference]") {
+    // One key: P = 1, so dV = sum of dO over the queries (and heads of the group) that see it, dQ = dK = 0.
+    DenseProblem p = random_problem(3, 1, 2, 1, 4, 2, false, 42);
+    auto g = test::dense_backward(p, 1);
+    for (int b = 0; b < p.batch; ++b)
+        for (int e = 0; e < p.head_dim_v; ++e) {
+            double sum = 0;
+            for (int i = 0; i < p.seqlen_q; ++i)
+                for (int h = 0; h < p.heads_q; ++h) sum += p.dout[p.o_index(b, i, h, e)];
+            CHECK(g.dv[p.v_index(b, 0, 0, e)] == Approx(sum).epsilon(1e-12));
+        }
+    for (double x : g.dq) CHECK(std::fabs(x) < 1e-12);
+    for (double x : g.dk) CHECK(std::fabs(x) < 1e-12);
+
+    // Causal with Sq > Sk: the rows that see no key get zero dQ and add nothing to dK/dV.
+    p = random_problem(5, 2, 1, 1, 3, 3, true, 7);
+    g = test::dense_backward(p, 1);
+    for (int b = 0; b < p.batch; ++b)
+        for (int i = 0; i < 3; ++i)  // rows 0..2 see keys [0, i - 3 + 1) = none
+            for (int e = 0; e < p.head_dim_qk; ++e) CHECK(g.dq[p.q_index(b, i, 0, e)] == 0.0);
+    DenseProblem trimmed = p;  // the same problem without those rows gives the same dK and dV
+    trimmed.seqlen_q = 2;
+    trimmed.q.clear(), trimmed.dout.clear();
+    for (int b = 0; b < p.batch; ++b)
+        for (int i = 3; i < 5; ++i) {
+            for (int e = 0; e < p.head_dim_qk; ++e) trimmed.q.push_back(p.q[p.q_index(b, i, 0, e)]);
+            for (int e = 0; e < p.head_dim_v; ++e) trimmed.dout.push_back(p.dout[p.o_index(b, i, 0, e)]);
+        }
+    const auto gt = test::dense_backward(trimmed, 1);
+    for (std::size_t i = 0; i < g.dk.size(); ++i) CHECK(g.dk[i] == Approx(gt.dk[i]).epsilon(1e-12));
+    for (std::size_t i = 0; i < g.dv.size(); ++i) CHECK(g.dv[i] == Approx(gt.dv[i]).epsilon(1e-12));
+}
+
+TEST_CASE("backward reference reads the 16-bit strided views exactly", "[reference]") {
+    // A [b, s, h, d] view whose rows are strided (every other head slot unused): the dense copy takes each element.
+    test::ReferenceProblem rp;
+    rp.dtype = Dtype::bf16;
+    rp.batch = 1, rp.seqlen_q = 2, rp.seqlen_k = 3, rp.heads_q = 2, rp.heads_kv = 1, rp.head_dim_qk = 2;
+    rp.head_dim_v = 2, rp.scale = 0.5;
+    std::vector<std::uint16_t> buf(64);
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = test::to_bits(float(i % 7) * 0.25f - 0.5f, Dtype::bf16);
+    rp.q = {buf.data(), 32, 8, 4};  // head stride 4: two slots of 2 used of 4
+    rp.k = {buf.data() + 1, 32, 4, 4};
+    rp.v = {buf.data() + 2, 32, 4, 4};
+    const test::HostTensorView dout{buf.data() + 3, 32, 8, 4};
+    const DenseProblem d = test::dense_from(rp, dout);
+    CHECK(d.q[d.q_index(0, 1, 1, 1)] == test::from_bits(buf[8 + 4 + 1], Dtype::bf16));
+    CHECK(d.k[d.k_index(0, 2, 0, 0)] == test::from_bits(buf[1 + 8], Dtype::bf16));
+    CHECK(d.dout[d.o_index(0, 1, 1, 0)] == test::from_bits(buf[3 + 8 + 4], Dtype::bf16));
+    const auto g = test::reference_backward(rp, dout, 1);
+    CHECK(g.dq.size() == 8);
+    CHECK(g.dk.size() == 6);
+}
