@@ -152,6 +152,7 @@ struct Problem {
 // get random values (rounded to 16 bits here, so the reference sees exactly what the kernel sees). `salt` varies the
 // values of one case.
 Problem make_problem(const Case& c, std::uint32_t salt = 0);
+test::ReferenceProblem reference_problem(const Problem& p);  // the inputs as the reference reads them
 test::ReferenceResult reference_for(const Problem& p);
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ Problem make_problem(const Case& c, std::uint32_t salt) {
     return p;
 }
 
-test::ReferenceResult reference_for(const Problem& p) {
+test::ReferenceProblem reference_problem(const Problem& p) {
     auto view = [&](const Placement& t) {
         return test::HostTensorView{p.buffers[t.buffer].data() + t.offset, t.batch_stride, t.seq_stride,
                                     t.head_stride};
@@ -133,8 +133,10 @@ test::ReferenceResult reference_for(const Problem& p) {
     r.causal = p.c.causal;
     r.scale = p.c.effective_scale();
     r.q = view(p.q), r.k = view(p.k), r.v = view(p.v);
-    return test::reference_forward(r);
+    return r;
 }
+
+test::ReferenceResult reference_for(const Problem& p) { return test::reference_forward(reference_problem(p)); }
 
 DeviceProblem::DeviceProblem(const Problem& p) : lse_((p.lse_count() + kGuard) * sizeof(float)) {
     for (const auto& b : p.buffers) buffers_.emplace_back(b.size() * sizeof(std::uint16_t));

@@ -8,6 +8,7 @@
 
 #include "catch.hpp"
 #include "compile/compile.hpp"
+#include "kernels/backward.hpp"
 #include "kernels/forward.hpp"
 #include "plan/plan.hpp"
 #include "core/errors.hpp"
@@ -24,7 +25,45 @@ rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool 
     c.causal = causal;
     return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
 }
+rtattn::compile::Compiled build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0) {
+    AttentionConfig c;
+    c.head_dim_qk = d;
+    if (dv) c.head_dim_v = dv;
+    c.arch = arch;
+    c.dtype = dt;
+    c.causal = causal;
+    return rtattn::compile::compile(rtattn::kernels::render_backward(rtattn::plan::plan_backward(c)), arch);
+}
+
+// The ptxas figures of each backward entry; the main kernel's registers come back for the report.
+int check_backward_entries(const rtattn::compile::Compiled& out) {
+    int main_regs = 0;
+    for (const char* entry : {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"}) {
+        const auto r = rtattn::compile::parse_ptxas(out.log, entry);
+        CAPTURE(entry, r.registers);
+        CHECK(out.log.find(std::string("Function properties for ") + entry) != std::string::npos);
+        CHECK(r.registers > 0);
+        CHECK(r.spill_store_bytes == 0);
+        CHECK(r.spill_load_bytes == 0);
+        CHECK(r.stack_bytes == 0);
+        if (main_regs == 0) main_regs = r.registers;
+    }
+    return main_regs;
+}
 }  // namespace
+
+TEST_CASE("the backward compiles with 0 spills for the common head dims", "[compile][nvrtc][bwd]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
+        for (int d : {1, 17, 64, 96, 128, 132, 192, 256}) {
+            CAPTURE(arch, d);
+            const auto out = build_backward(d, arch, d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16, d % 3 != 0);
+            INFO("NVRTC log:\n" << out.log);
+            check_backward_entries(out);
+        }
+    }
+    const auto mixed = build_backward(192, "sm_80", rtattn::Dtype::bf16, true, 128);
+    check_backward_entries(mixed);
+}
 
 TEST_CASE("templates compile with 0 spills for the common head dims", "[compile][nvrtc]") {
     for (const char* arch : {"sm_80", "sm_90a"}) {
@@ -85,26 +124,50 @@ TEST_CASE("ptxas report parsing", "[compile]") {
     CHECK(rtattn::compile::nvrtc_version().find('.') != std::string::npos);
 }
 
-// Every head dim 1..256 on both archs (dtype and causal alternate with d), in parallel. Hidden by default: ctest runs
-// it as its own test, test_compile_sweep.
-TEST_CASE("every head dim 1..256 compiles without spills for sm_80 and sm_90a", "[.sweep]") {
-    struct Result {
+// Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path
+// Hopper runs until its own backward family exists); dtype and causal alternate with d. In parallel. Hidden by
+// default: ctest runs it as its own test, test_compile_sweep.
+TEST_CASE("every head dim 1..256 compiles without spills, forward and backward", "[.sweep]") {
+    struct Job {
         int d;
         const char* arch;
-        int spills, regs;
+        bool backward;
     };
-    std::vector<std::pair<int, const char*>> jobs;
-    for (const char* arch : {"sm_80", "sm_90a"})
-        for (int d = 1; d <= 256; ++d) jobs.push_back({d, arch});
+    struct Result {
+        Job job;
+        int spills, stack, regs;
+    };
+    std::vector<Job> jobs;
+    for (int d = 1; d <= 256; ++d) {
+        for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, false});
+        for (const char* arch : {"sm_80", "sm_90"}) jobs.push_back({d, arch, true});
+    }
     std::atomic<size_t> next{0};
     std::mutex mu;
     std::vector<Result> results;
     auto worker = [&] {
         for (size_t i; (i = next++) < jobs.size();) {
-            const auto [d, arch] = jobs[i];
-            const auto out = build(d, arch, d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16, d % 3 == 0);
+            const Job job = jobs[i];
+            const auto dt = job.d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16;
+            const bool causal = job.d % 3 == 0;
+            Result r{job, 0, 0, 0};
+            if (!job.backward) {
+                const auto out = build(job.d, job.arch, dt, causal);
+                r.spills = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
+                r.stack = out.ptxas.stack_bytes;
+                r.regs = out.ptxas.registers;
+            } else {
+                const auto out = build_backward(job.d, job.arch, dt, causal);
+                r.regs = 255;
+                for (const char* entry : {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"}) {
+                    const auto e = rtattn::compile::parse_ptxas(out.log, entry);
+                    r.spills += e.spill_store_bytes + e.spill_load_bytes;
+                    r.stack += e.stack_bytes;
+                    r.regs = std::min(r.regs, e.registers);  // -1 (not found) fails below
+                }
+            }
             std::lock_guard<std::mutex> lock(mu);
-            results.push_back({d, arch, out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes, out.ptxas.registers});
+            results.push_back(r);
         }
     };
     std::vector<std::thread> threads;
@@ -112,8 +175,9 @@ TEST_CASE("every head dim 1..256 compiles without spills for sm_80 and sm_90a", 
     for (auto& t : threads) t.join();
     REQUIRE(results.size() == jobs.size());
     for (const auto& r : results) {
-        CAPTURE(r.d, r.arch, r.regs);
+        CAPTURE(r.job.d, r.job.arch, r.job.backward, r.regs);
         CHECK(r.regs > 0);
         CHECK(r.spills == 0);
+        CHECK(r.stack == 0);
     }
 }

@@ -5,6 +5,7 @@
 #if !defined(__cplusplus) || __cplusplus < 201703L
 #error "rtattn's C++ API needs C++17 or newer; C callers include <rtattn/rtattn.h>"
 #endif
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -76,6 +77,23 @@ struct ForwardArgs {
     static TensorArg contiguous(const void* ptr, int seqlen, int heads, int dim) {
         return TensorArg{ptr, std::int64_t(seqlen) * heads * dim, std::int64_t(heads) * dim, dim};
     }
+};
+
+// One backward call: the forward's inputs, its output O and LSE, the gradient dO of the loss with respect to O, and
+// the gradients to write. Layouts as ForwardArgs: [batch, seq, head, dim], strides in elements, dim contiguous.
+struct BackwardArgs {
+    TensorArg q, k, v;               // the forward's inputs
+    TensorArg o;                     // the forward's output, [batch, seqlen_q, heads_q, d_v]
+    TensorArg dout;                  // dO, same shape as o
+    const float* lse = nullptr;      // the forward's LSE, [batch, heads_q, seqlen_q] float32 (required)
+    TensorArg dq;                    // written: dQ, same shape as q
+    TensorArg dk, dv;                // written: per KV head (the GQA group's gradients summed), shapes of k and v
+    int batch = 0;
+    int seqlen_q = 0;
+    int seqlen_k = 0;
+    void* workspace = nullptr;       // device memory, 256-byte aligned, at least workspace_bytes(...) of the kernel
+    std::size_t workspace_bytes = 0; // its size
+    bool deterministic = false;      // bitwise-identical gradients run to run (dQ added in a fixed order; slower)
 };
 
 // What the planner chose, for `rtattn info` and logging.

@@ -17,6 +17,8 @@ struct Dim {
     std::int64_t extent, stride;
 };
 
+}  // namespace
+
 void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
                   int dim) {
     auto field = [&](const char* f) { return fmt::format("{}.{}", name, f); };
@@ -52,13 +54,15 @@ void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output,
     }
 }
 
-}  // namespace
+void check_sizes(int batch, int seqlen_q, int seqlen_k) {
+    if (batch < 1 || batch > 65535)
+        throw ArgumentError("batch", fmt::format("{} is out of range; allowed 1..65535", batch));
+    if (seqlen_q < 1) throw ArgumentError("seqlen_q", fmt::format("{} is out of range; allowed >= 1", seqlen_q));
+    if (seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", seqlen_k));
+}
 
 void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
-    if (a.batch < 1 || a.batch > 65535)
-        throw ArgumentError("batch", fmt::format("{} is out of range; allowed 1..65535", a.batch));
-    if (a.seqlen_q < 1) throw ArgumentError("seqlen_q", fmt::format("{} is out of range; allowed >= 1", a.seqlen_q));
-    if (a.seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", a.seqlen_k));
+    check_sizes(a.batch, a.seqlen_q, a.seqlen_k);
     check_tensor("q", a.q, p.vec_qk, false, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_qk);
     check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
     check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);

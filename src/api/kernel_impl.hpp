@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "driver/driver.hpp"
+#include "plan/backward.hpp"
 #include "plan/plan.hpp"
 #include "core/runtime.hpp"
 
@@ -13,6 +14,19 @@ struct Kernel::Impl {
     KernelInfo info;
     std::shared_ptr<driver::Module> module;
 };
+
+struct BackwardKernel::Impl {
+    AttentionConfig config;  // arch resolved
+    plan::BackwardPlan plan;
+    KernelInfo info;
+    std::shared_ptr<driver::Module> module;
+};
+
+// One [batch, seq, head, dim] tensor argument: non-null, aligned to the kernel's vector width, strides >= 0 and
+// multiples of it; an output's elements must not overlap. Throws ArgumentError naming "<name>.<field>".
+void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
+                  int dim);
+void check_sizes(int batch, int seqlen_q, int seqlen_k);
 
 // Checks every forward() argument against the plan; throws ArgumentError naming the field.
 void validate_forward_args(const plan::KernelPlan& plan, const AttentionConfig& config, const ForwardArgs& a);

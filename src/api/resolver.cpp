@@ -8,6 +8,7 @@
 #include "cache/entry_file.hpp"
 #include "compile/compile.hpp"
 #include "driver/driver.hpp"
+#include "kernels/backward.hpp"
 #include "kernels/forward.hpp"
 #include "core/errors.hpp"
 #include "util/sha256.hpp"
@@ -50,6 +51,22 @@ std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
     std::lock_guard<std::mutex> lock(mu_);
     by_kernel_.emplace(kernel_key, r);
     return by_config_.emplace(config_key, std::move(r)).first->second;
+}
+
+std::shared_ptr<const ResolvedBackward> Resolver::resolve_backward(AttentionConfig c) {
+    if (c.arch.empty()) c.arch = device_arch(c);
+    const std::string config_key = c.to_json();
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = backward_.find(config_key); it != backward_.end()) return it->second;
+    }
+    auto r = std::make_shared<ResolvedBackward>();
+    r->plan = plan::plan_backward(c);
+    r->source = kernels::render_backward(r->plan);
+    r->key = cache_key(r->source, c.arch);
+    r->config = std::move(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    return backward_.emplace(config_key, std::move(r)).first->second;
 }
 
 std::string device_arch(const AttentionConfig& c) {

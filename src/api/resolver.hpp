@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "plan/backward.hpp"
 #include "plan/plan.hpp"
 #include "render/render.hpp"
 #include "core/runtime.hpp"
@@ -20,6 +21,14 @@ struct Resolved {
     std::string key;  // the cache key
 };
 
+// A config's backward as the Runtime serves it.
+struct ResolvedBackward {
+    AttentionConfig config;  // arch resolved
+    plan::BackwardPlan plan;
+    render::RenderedSource source;
+    std::string key;
+};
+
 // The plan options that RuntimeOptions describe: its tile override, else RTATTN_TILE (read here, once per Runtime).
 plan::PlanOptions plan_options(const RuntimeOptions& options);
 
@@ -29,12 +38,15 @@ public:
     // Thread-safe; each config is resolved once, and each kernel (configs differing only in heads or softmax scale,
     // which the source does not depend on) planned, rendered and hashed once. An empty arch means the current device.
     std::shared_ptr<const Resolved> resolve(AttentionConfig c);
+    // The backward kernels of a config: planned, rendered and hashed once per config.
+    std::shared_ptr<const ResolvedBackward> resolve_backward(AttentionConfig c);
     const plan::PlanOptions& options() const { return options_; }
 
 private:
     plan::PlanOptions options_;
     std::mutex mu_;
     std::map<std::string, std::shared_ptr<const Resolved>> by_config_, by_kernel_;
+    std::map<std::string, std::shared_ptr<const ResolvedBackward>> backward_;
 };
 
 // The arch of the current device, for a config that names none. Throws ConfigError("arch") when there is no GPU or

@@ -79,7 +79,18 @@ struct Runtime::Impl {
           cache(options.cache_dir, disk_options(options), log),
           compile_slots(std::min(options.max_concurrent_compiles, 64)) {}
 
-    cache::KernelCache::Lookup fetch(const Resolved& r) {
+    // What one cache entry is built from: a forward or a backward module.
+    struct Buildable {
+        const AttentionConfig& config;
+        const render::RenderedSource& source;
+        const std::string& key;
+        std::string plan_json;
+        PlanSummary summary;
+        const char* pass;  // "forward" or "backward"
+    };
+
+    cache::KernelCache::Lookup fetch(const Buildable& b) {
+        const std::string what = b.config.describe() + (std::string(b.pass) == "backward" ? " backward" : "");
         cache::KernelCache::Builder build;
         if (options.mode == CacheMode::jit) {
             build = [&]() {
@@ -88,34 +99,35 @@ struct Runtime::Impl {
                     std::counting_semaphore<64>& s;
                     ~Release() { s.release(); }
                 } release{compile_slots};
-                log.info(fmt::format("compiling {} (key {})", r.config.describe(), r.key.substr(0, 12)));
-                const auto out = compile::compile(r.source, r.config.arch);
+                log.info(fmt::format("compiling {} (key {})", what, b.key.substr(0, 12)));
+                const auto out = compile::compile(b.source, b.config.arch);
                 {
                     std::lock_guard<std::mutex> lock(compile_time_mu);
                     compile_seconds += out.seconds;
                 }
                 if (out.ptxas.spill_store_bytes > 0)
-                    log.warn(fmt::format("{}: ptxas reports {} bytes of spill stores", r.config.describe(),
+                    log.warn(fmt::format("{}: ptxas reports {} bytes of spill stores", what,
                                          out.ptxas.spill_store_bytes));
                 nlohmann::ordered_json info;
-                info["config"] = nlohmann::json::parse(r.config.to_json());
-                info["plan"] = nlohmann::json::parse(plan::plan_json(r.plan));
+                info["config"] = nlohmann::json::parse(b.config.to_json());
+                info["pass"] = b.pass;
+                info["plan"] = nlohmann::json::parse(b.plan_json);
                 info["registers"] = out.ptxas.registers;
                 info["spill_bytes"] = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
                 info["compile_seconds"] = out.seconds;
                 info["nvrtc"] = compile::nvrtc_version();
                 info["library"] = RTATTN_VERSION;
-                return cache::Entry{r.key, r.config.arch, out.cubin, info.dump()};
+                return cache::Entry{b.key, b.config.arch, out.cubin, info.dump()};
             };
         }
-        return cache.get(r.key, r.config.arch, build, r.config.describe());
+        return cache.get(b.key, b.config.arch, build, what);
     }
 
-    KernelInfo make_info(const Resolved& r, const cache::KernelCache::Lookup& got) const {
+    KernelInfo make_info(const Buildable& b, const cache::KernelCache::Lookup& got) const {
         KernelInfo info;
-        info.key = r.key;
-        info.arch = r.config.arch;
-        info.plan = r.plan.summary();
+        info.key = b.key;
+        info.arch = b.config.arch;
+        info.plan = b.summary;
         info.from_cache = got.source != cache::Source::compiled;
         // The cache verified the info's field types (cache::info_problem), so these reads cannot throw.
         const auto j = nlohmann::json::parse(got.entry->info_json, nullptr, /*allow_exceptions=*/false);
@@ -125,7 +137,59 @@ struct Runtime::Impl {
         }
         return info;
     }
+
+    static Buildable buildable(const Resolved& r) {
+        return {r.config, r.source, r.key, plan::plan_json(r.plan), r.plan.summary(), "forward"};
+    }
+    static Buildable buildable(const ResolvedBackward& r) {
+        return {r.config, r.source, r.key, plan::backward_plan_json(r.plan), r.plan.summary(), "backward"};
+    }
+
+    // Makes sure the entry is on disk: CacheError when it was compiled but could not be stored.
+    KernelInfo precompile(const Buildable& b) {
+        const auto got = fetch(b);
+        if (!got.not_stored.empty())
+            throw CacheError(fmt::format("{}{}: compiled, but not stored in the disk cache at {}: {}. This process "
+                                         "serves it from memory; others will compile it again",
+                                         b.config.describe(), std::string(b.pass) == "backward" ? " backward" : "",
+                                         cache.disk().dir(), got.not_stored));
+        return make_info(b, got);
+    }
+
+    // Loads a module into the current context, once per context and key.
+    std::shared_ptr<driver::Module> module_for(const Buildable& b, const cache::KernelCache::Lookup& got,
+                                               int smem_bytes, const driver::DeviceInfo& dev) {
+        std::lock_guard<std::mutex> lock(modules_mu);
+        auto& m = modules[{dev.context, b.key}];
+        if (!m) m = driver::load(got.entry->cubin, b.source.entries, smem_bytes);
+        return m;
+    }
 };
+
+namespace {
+
+// Throws when `arch`'s code cannot run on the current device, or its shared memory does not fit there.
+driver::DeviceInfo device_for(const std::string& arch, int smem_bytes) {
+    const auto dev = driver::current_device();
+    if (!arch_runs_on(arch, dev))
+        throw ConfigError("arch", fmt::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
+                                              "arch empty",
+                                              arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
+    if (smem_bytes > dev.smem_optin)
+        throw ConfigError("arch", fmt::format("the plan needs {} B of shared memory; {} allows {} B per block",
+                                              smem_bytes, dev.name, dev.smem_optin));
+    return dev;
+}
+
+// NVRTC omits the ptxas report when the driver's JIT cache served the compile; the loaded function knows.
+void registers_from_module(KernelInfo& info, const driver::Module& m) {
+    if (info.registers >= 0) return;
+    int regs = -1;
+    if (driver::api().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m.functions.at(0)) == CUDA_SUCCESS)
+        info.registers = regs;
+}
+
+}  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
@@ -138,44 +202,40 @@ const RuntimeOptions& Runtime::options() const { return impl_->options; }
 
 KernelInfo Runtime::precompile(const AttentionConfig& config) {
     const auto r = impl_->resolver.resolve(config);
-    const auto got = impl_->fetch(*r);
-    if (!got.not_stored.empty())
-        throw CacheError(fmt::format("{}: compiled, but not stored in the disk cache at {}: {}. This process serves it "
-                                     "from memory; others will compile it again",
-                                     r->config.describe(), impl_->cache.disk().dir(), got.not_stored));
-    return impl_->make_info(*r, got);
+    return impl_->precompile(Impl::buildable(*r));
+}
+
+KernelInfo Runtime::precompile_backward(const AttentionConfig& config) {
+    const auto r = impl_->resolver.resolve_backward(config);
+    return impl_->precompile(Impl::buildable(*r));
 }
 
 Kernel Runtime::get(const AttentionConfig& config) {
     const auto r = impl_->resolver.resolve(config);
-    const auto dev = driver::current_device();
-    if (!arch_runs_on(r->config.arch, dev))
-        throw ConfigError("arch", fmt::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
-                                              "arch empty",
-                                              r->config.arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
-    if (r->plan.smem_bytes > dev.smem_optin)
-        throw ConfigError("arch", fmt::format("the plan needs {} B of shared memory; {} allows {} B per block",
-                                              r->plan.smem_bytes, dev.name, dev.smem_optin));
-    const auto got = impl_->fetch(*r);
-
+    const auto dev = device_for(r->config.arch, r->plan.smem_bytes);
+    const auto b = Impl::buildable(*r);
+    const auto got = impl_->fetch(b);
     auto impl = std::make_shared<Kernel::Impl>();
-    {
-        std::lock_guard<std::mutex> lock(impl_->modules_mu);
-        auto& m = impl_->modules[{dev.context, r->key}];
-        if (!m) m = driver::load(got.entry->cubin, r->source.entries, r->plan.smem_bytes);
-        impl->module = m;
-    }
-    impl->info = impl_->make_info(*r, got);
-    if (impl->info.registers < 0) {
-        // NVRTC omits the ptxas report when the driver's JIT cache served the compile; the loaded function knows.
-        int regs = -1;
-        if (driver::api().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, impl->module->functions.at(0)) ==
-            CUDA_SUCCESS)
-            impl->info.registers = regs;
-    }
+    impl->module = impl_->module_for(b, got, r->plan.smem_bytes, dev);
+    impl->info = impl_->make_info(b, got);
+    registers_from_module(impl->info, *impl->module);
     impl->config = r->config;
     impl->plan = r->plan;
     return Kernel(std::move(impl));
+}
+
+BackwardKernel Runtime::get_backward(const AttentionConfig& config) {
+    const auto r = impl_->resolver.resolve_backward(config);
+    const auto dev = device_for(r->config.arch, r->plan.smem_bytes);
+    const auto b = Impl::buildable(*r);
+    const auto got = impl_->fetch(b);
+    auto impl = std::make_shared<BackwardKernel::Impl>();
+    impl->module = impl_->module_for(b, got, r->plan.smem_bytes, dev);
+    impl->info = impl_->make_info(b, got);
+    registers_from_module(impl->info, *impl->module);
+    impl->config = r->config;
+    impl->plan = r->plan;
+    return BackwardKernel(std::move(impl));
 }
 
 CacheStats Runtime::stats() const {

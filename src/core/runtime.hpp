@@ -1,6 +1,7 @@
 // The library's own Runtime and Kernel (rtattn::core), behind the C ABI.
 // Runtime: turns AttentionConfig into a launchable Kernel (plan -> render -> NVRTC -> disk cache -> Driver API).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@ using rtattn::RuntimeOptions;
 using rtattn::CacheStats;
 using rtattn::TensorArg;
 using rtattn::ForwardArgs;
+using rtattn::BackwardArgs;
 using rtattn::PlanSummary;
 using rtattn::KernelInfo;
 
@@ -33,6 +35,24 @@ public:
 
     struct Impl;
     explicit Kernel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+private:
+    std::shared_ptr<const Impl> impl_;
+};
+
+// The backward kernels of one config (preprocess, main, postprocess: one module).
+class BackwardKernel {
+public:
+    BackwardKernel() = default;
+    // Device memory one call needs as workspace (fp32 dQ accumulator, row statistics, turn counters).
+    std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k) const;
+    // Writes dQ, dK, dV on `stream`. Never synchronizes or allocates: graph-capturable. Throws ArgumentError.
+    void backward(const BackwardArgs& args, void* stream = nullptr) const;
+    const AttentionConfig& config() const;
+    const KernelInfo& info() const;
+    explicit operator bool() const noexcept { return impl_ != nullptr; }
+
+    struct Impl;
+    explicit BackwardKernel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 private:
     std::shared_ptr<const Impl> impl_;
 };
@@ -53,6 +73,10 @@ public:
     // from memory), CacheMissError in cache_only mode when it is not there.
     KernelInfo precompile(const AttentionConfig& config);
 
+    // The same for the backward pass of `config` (its own kernels and cache entry).
+    BackwardKernel get_backward(const AttentionConfig& config);
+    KernelInfo precompile_backward(const AttentionConfig& config);
+
     CacheStats stats() const;
     const RuntimeOptions& options() const;
 
@@ -71,6 +95,7 @@ const char* version() noexcept;
 // Runtime, header-only over the C ABI; a translation unit includes one or the other, never both.
 namespace rtattn {
 using core::Kernel;
+using core::BackwardKernel;
 using core::Runtime;
 using core::version;
 }  // namespace rtattn

@@ -72,6 +72,12 @@ RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, i
            8 * kv_ring_barriers(stages);
 }
 
+// mma.sync backward (bwd/mma.cuh): K and V tiles of block_n keys, Q and dO tiles of block_m queries, and the P and
+// dS tiles (block_m x block_n) the transposed GEMMs read; every tile in padded rows.
+RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n) {
+    return 2 * ((block_n + block_m) * (padded_row(pad_qk) + padded_row(pad_v)) + 2 * block_m * padded_row(block_n));
+}
+
 }  // namespace geometry
 }  // namespace rtattn
 

@@ -22,6 +22,41 @@ struct FwdParams {
     float scale;                // softmax_scale, for the natural-log LSE
 };
 
+// Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
+// caller's workspace. Workspace arrays are per (batch, query head) and `m_pad` rows (seqlen_q rounded up to the main
+// kernel's kBlockM), so the main kernel reads and writes them without bounds checks.
+struct BwdParams {
+    const void* q;
+    const void* k;
+    const void* v;
+    const void* o;
+    const void* dout;
+    const float* lse;      // the forward's LSE, [batch, heads_q, seqlen_q], natural log; +inf for keyless rows
+    void* dq;
+    void* dk;
+    void* dv;
+    float* dq_accum;       // [batch, heads_q, m_pad, pad_qk] fp32: dQ summed over key blocks (zeroed by preprocess)
+    float* lse2;           // [batch, heads_q, m_pad]: LSE * log2(e); +inf past seqlen_q, so those rows get P = 0
+    float* delta;          // [batch, heads_q, m_pad]: D = rowsum(dO * O); 0 past seqlen_q
+    int* dq_sem;           // [batch, heads_q, m_pad / kBlockM]: deterministic mode's turn counters
+    long long q_batch_stride, q_seq_stride, q_head_stride;  // in elements
+    long long k_batch_stride, k_seq_stride, k_head_stride;
+    long long v_batch_stride, v_seq_stride, v_head_stride;
+    long long o_batch_stride, o_seq_stride, o_head_stride;
+    long long do_batch_stride, do_seq_stride, do_head_stride;
+    long long dq_batch_stride, dq_seq_stride, dq_head_stride;
+    long long dk_batch_stride, dk_seq_stride, dk_head_stride;
+    long long dv_batch_stride, dv_seq_stride, dv_head_stride;
+    int seqlen_q;
+    int seqlen_k;
+    int heads_q;
+    int q_per_kv;
+    int m_pad;
+    int deterministic;     // 1: dQ blocks are added in key-block order (bitwise reproducible)
+    float scale;           // softmax_scale
+    float scale_log2;      // softmax_scale * log2(e)
+};
+
 // A CUtensorMap as cuTensorMapEncodeTiled writes it: 128 opaque bytes (aligned as cuda.h declares it).
 struct alignas(128) TmaMap {
     unsigned long long raw[16];

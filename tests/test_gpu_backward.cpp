@@ -1,0 +1,267 @@
+// The backward pass on the GPU against the float64 reference (test_reference_backward checks that reference against
+// finite differences). Each case: fresh random Q, K, V (in the forward suite's layouts) and dO; the forward on the
+// GPU gives O and LSE; dQ, dK, dV are pre-filled with NaN and must be written everywhere (and nowhere else: guards);
+// relative Frobenius error per gradient <= 1e-2 (bf16) / 3e-3 (fp16). Deterministic mode is run twice and compared
+// bitwise. Tagged [gpu]: skipped, visibly, without a GPU.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <random>
+
+#include "gpu_harness.hpp"
+#include "reference_backward.hpp"
+
+using namespace rtattn;
+using namespace rtattn::test::gpu;
+
+namespace {
+
+double grad_tolerance(Dtype dt) { return dt == Dtype::bf16 ? 1e-2 : 3e-3; }
+
+// A contiguous [batch, seq, heads, dim] 16-bit tensor on the device with a poisoned guard after it.
+struct GradBuffer {
+    Shape shape;
+    driver::DeviceBuffer buf;
+    explicit GradBuffer(Shape s)
+        : shape(s), buf((std::size_t(s.batch) * s.seqlen * s.heads * s.dim + kGuard) * 2) {}
+    std::size_t count() const { return std::size_t(shape.batch) * shape.seqlen * shape.heads * shape.dim; }
+    TensorArg arg() const { return ForwardArgs::contiguous(buf.get(), shape.seqlen, shape.heads, shape.dim); }
+    std::vector<std::uint16_t> download() const {
+        std::vector<std::uint16_t> h(count() + kGuard);
+        buf.download(h.data(), h.size() * 2);
+        return h;
+    }
+};
+
+struct GradOutcome {
+    double dq_err = 0, dk_err = 0, dv_err = 0;
+    std::size_t unwritten = 0, stray = 0;
+    std::vector<std::uint16_t> dq, dk, dv;  // the raw results, for the bitwise comparison
+};
+
+// The gradients of one buffer against the reference: relative Frobenius error, poison left, guard changed.
+double judge_grad(const std::vector<std::uint16_t>& got, std::size_t count, const std::vector<double>& ref, Dtype dt,
+                  std::size_t& unwritten, std::size_t& stray) {
+    std::vector<double> vals(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        if (got[i] == test::kPoison16) ++unwritten;
+        vals[i] = test::from_bits(got[i], dt);
+    }
+    for (std::size_t i = count; i < got.size(); ++i) stray += got[i] != test::kPoison16;
+    return test::rel_frobenius(vals, ref);
+}
+
+// Runs the forward, then the backward (twice when deterministic, returning the first result), and judges.
+GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false) {
+    const Problem p = make_problem(c);
+    DeviceProblem dev(p);
+    dev.upload_inputs(p);
+    dev.poison_outputs(p);
+    const AttentionConfig cfg = c.config();
+    const Kernel fwd = runtime().get(cfg);
+    const BackwardKernel bwd = runtime().get_backward(cfg);
+    ForwardArgs fa = dev.args(p);
+    fwd.forward(fa);
+
+    // dO: random, contiguous.
+    const Shape o_shape{c.batch, c.seqlen_q, c.heads_q, c.d_v};
+    std::vector<std::uint16_t> dout_host(std::size_t(c.batch) * c.seqlen_q * c.heads_q * c.d_v);
+    std::mt19937 rng(c.seed() ^ 0x5eed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (auto& x : dout_host) x = test::to_bits(u(rng), c.dtype);
+    driver::DeviceBuffer dout(dout_host.size() * 2);
+    dout.upload(dout_host.data(), dout_host.size() * 2);
+
+    GradBuffer dq({c.batch, c.seqlen_q, c.heads_q, c.d_qk}), dk({c.batch, c.seqlen_k, c.heads_kv, c.d_qk}),
+        dv({c.batch, c.seqlen_k, c.heads_kv, c.d_v});
+    const std::size_t ws_bytes = bwd.workspace_bytes(c.batch, c.seqlen_q, c.seqlen_k);
+    driver::DeviceBuffer ws(ws_bytes);
+
+    BackwardArgs a;
+    a.q = fa.q, a.k = fa.k, a.v = fa.v, a.o = fa.o, a.lse = fa.lse;
+    a.dout = ForwardArgs::contiguous(dout.get(), c.seqlen_q, c.heads_q, c.d_v);
+    a.dq = dq.arg(), a.dk = dk.arg(), a.dv = dv.arg();
+    a.batch = c.batch, a.seqlen_q = c.seqlen_q, a.seqlen_k = c.seqlen_k;
+    a.workspace = ws.get(), a.workspace_bytes = ws_bytes;
+    a.deterministic = deterministic;
+
+    auto run_once = [&](GradOutcome& out) {
+        for (GradBuffer* g : {&dq, &dk, &dv}) g->buf.fill_u16(test::kPoison16);
+        ws.fill_u32(0x7fc00000u);  // the preprocess must initialize what the main kernel reads
+        sync_legacy_stream();
+        if (graph) {
+            // Capture fails if backward() synchronizes or allocates; replay must then give the right gradients.
+            const auto& api = driver::api();
+            driver::Stream s;
+            CUgraph g = nullptr;
+            CUgraphExec exec = nullptr;
+            driver::check(api.cuStreamBeginCapture(s.get(), CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+            try {
+                bwd.backward(a, s.get());
+            } catch (...) {
+                api.cuStreamEndCapture(s.get(), &g);
+                throw;
+            }
+            driver::check(api.cuStreamEndCapture(s.get(), &g), "cuStreamEndCapture");
+            driver::check(api.cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+            driver::check(api.cuGraphLaunch(exec, s.get()), "cuGraphLaunch");
+            s.sync();
+            api.cuGraphExecDestroy(exec);
+            api.cuGraphDestroy(g);
+        } else {
+            bwd.backward(a);
+        }
+        sync_legacy_stream();
+        out.dq = dq.download(), out.dk = dk.download(), out.dv = dv.download();
+    };
+    GradOutcome out;
+    run_once(out);
+    if (deterministic) {
+        GradOutcome again;
+        run_once(again);
+        if (again.dq != out.dq || again.dk != out.dk || again.dv != out.dv) out.stray += 1000000;  // not bitwise equal
+    }
+
+    test::ReferenceProblem rp = reference_problem(p);
+    const test::HostTensorView dout_view{dout_host.data(), std::int64_t(c.seqlen_q) * c.heads_q * c.d_v,
+                                         std::int64_t(c.heads_q) * c.d_v, c.d_v};
+    const auto ref = test::reference_backward(rp, dout_view);
+    out.dq_err = judge_grad(out.dq, dq.count(), ref.dq, c.dtype, out.unwritten, out.stray);
+    out.dk_err = judge_grad(out.dk, dk.count(), ref.dk, c.dtype, out.unwritten, out.stray);
+    out.dv_err = judge_grad(out.dv, dv.count(), ref.dv, c.dtype, out.unwritten, out.stray);
+    return out;
+}
+
+void run_backward_table(const char* name, const std::vector<Case>& cases, bool deterministic = false) {
+    double worst = 0;
+    std::string worst_case;
+    for (const Case& c : cases) {
+        const GradOutcome r = run_backward(c, deterministic);
+        const double tol = grad_tolerance(c.dtype);
+        const bool ok = r.dq_err <= tol && r.dk_err <= tol && r.dv_err <= tol && r.unwritten == 0 && r.stray == 0;
+        INFO(fmt::format("{}: {}: dq {:.2e} dk {:.2e} dv {:.2e} (tolerance {:.0e}), unwritten {}, stray {}{}", name,
+                         c.describe(), r.dq_err, r.dk_err, r.dv_err, tol, r.unwritten, r.stray,
+                         r.stray >= 1000000 ? " (deterministic runs differ)" : ""));
+        CHECK(ok);
+        const double w = std::max({r.dq_err, r.dk_err, r.dv_err});
+        if (w > worst) worst = w, worst_case = c.describe();
+    }
+    fmt::print("{}: {} cases{}, worst relative error {:.2e} ({})\n", name, cases.size(),
+               deterministic ? " (deterministic, each run twice)" : "", worst, worst_case);
+}
+
+}  // namespace
+
+TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
+    SKIP_WITHOUT_GPU();
+    std::vector<Case> cases;
+    const int dims[] = {1, 8, 17, 32, 64, 80, 96, 100, 128, 132, 160, 192, 256};
+    int i = 0;
+    for (int d : dims)
+        for (bool causal : {false, true}) {
+            Case c;
+            c.d_qk = c.d_v = d;
+            c.causal = causal;
+            c.dtype = (i++ % 2) ? Dtype::fp16 : Dtype::bf16;
+            c.heads_q = 4, c.heads_kv = (d % 3 == 0) ? 1 : 2;  // MQA and GQA 2:1
+            c.batch = 2, c.seqlen_q = 77, c.seqlen_k = 211;
+            cases.push_back(c);
+        }
+    Case mixed;
+    mixed.d_qk = 192, mixed.d_v = 128, mixed.causal = true, mixed.heads_q = 8, mixed.heads_kv = 2;
+    cases.push_back(mixed);
+    run_backward_table("backward head dims", cases);
+}
+
+TEST_CASE("backward: sequence shapes and layouts", "[gpu][bwd]") {
+    SKIP_WITHOUT_GPU();
+    std::vector<Case> cases;
+    for (auto [sq, sk] : {std::pair{1, 1}, {1, 1000}, {1000, 1}, {77, 77}, {300, 100}, {100, 300}, {1000, 1000}})
+        for (bool causal : {false, true}) {
+            Case c;
+            c.d_qk = c.d_v = 132;
+            c.causal = causal;
+            c.heads_q = 4, c.heads_kv = 1;  // MQA: four query heads summed into each dK/dV
+            c.batch = 2, c.seqlen_q = sq, c.seqlen_k = sk;
+            cases.push_back(c);
+        }
+    for (Layout l : {Layout::padded, Layout::head_major, Layout::packed_qkv, Layout::shifted})
+        for (int d : {64, 100, 128}) {
+            Case c;
+            c.d_qk = c.d_v = d;
+            c.layout = l;
+            c.causal = d != 64;
+            c.heads_q = 8, c.heads_kv = 2;
+            cases.push_back(c);
+        }
+    run_backward_table("backward shapes and layouts", cases);
+}
+
+TEST_CASE("backward: deterministic mode is bitwise reproducible", "[gpu][bwd]") {
+    SKIP_WITHOUT_GPU();
+    std::vector<Case> cases;
+    for (int d : {64, 128, 132, 256}) {
+        Case c;
+        c.d_qk = c.d_v = d;
+        c.causal = d != 128;
+        c.heads_q = 4, c.heads_kv = 2;
+        c.batch = 2, c.seqlen_q = 1000, c.seqlen_k = 700;
+        cases.push_back(c);
+    }
+    run_backward_table("backward deterministic", cases, /*deterministic=*/true);
+}
+
+TEST_CASE("backward: a CUDA graph capture replays it", "[gpu][bwd]") {
+    SKIP_WITHOUT_GPU();
+    Case c;
+    c.d_qk = c.d_v = 128;
+    c.causal = true;
+    c.heads_q = 4, c.heads_kv = 2;
+    const GradOutcome r = run_backward(c, false, /*graph=*/true);
+    INFO(fmt::format("dq {:.2e} dk {:.2e} dv {:.2e} unwritten {} stray {}", r.dq_err, r.dk_err, r.dv_err,
+                     r.unwritten, r.stray));
+    CHECK(std::max({r.dq_err, r.dk_err, r.dv_err}) <= grad_tolerance(c.dtype));
+    CHECK(r.unwritten == 0);
+    CHECK(r.stray == 0);
+}
+
+TEST_CASE("backward: bad arguments are refused, naming them", "[gpu][bwd]") {
+    SKIP_WITHOUT_GPU();
+    AttentionConfig cfg;
+    cfg.head_dim_qk = 132;
+    cfg.num_heads_q = 4;
+    cfg.num_heads_kv = 2;
+    if (test_arch()) cfg.arch = test_arch();
+    const BackwardKernel bwd = runtime().get_backward(cfg);
+    driver::DeviceBuffer buf(1 << 22);
+    BackwardArgs a;
+    auto t = [&](int heads, int dim) { return ForwardArgs::contiguous(buf.get(), 16, heads, dim); };
+    a.q = t(4, 132), a.k = t(2, 132), a.v = t(2, 132), a.o = t(4, 132), a.dout = t(4, 132);
+    a.dq = t(4, 132), a.dk = t(2, 132), a.dv = t(2, 132);
+    a.batch = 1, a.seqlen_q = a.seqlen_k = 16;
+    auto field = [&](BackwardArgs b) {
+        try {
+            bwd.backward(b);
+        } catch (const ArgumentError& e) {
+            return e.field();
+        }
+        return std::string("(accepted)");
+    };
+    CHECK(field(a) == "lse");
+    a.lse = static_cast<const float*>(buf.get());
+    CHECK(field(a) == "workspace");
+    a.workspace = buf.get();
+    a.workspace_bytes = 16;
+    CHECK(field(a) == "workspace_bytes");
+    a.workspace_bytes = bwd.workspace_bytes(1, 16, 16);
+    BackwardArgs b = a;
+    b.dq.seq_stride = 6;
+    CHECK(field(b) == "dq.seq_stride");
+    b = a;
+    b.dk.ptr = nullptr;
+    CHECK(field(b) == "dk.ptr");
+    b = a;
+    b.batch = 0;
+    CHECK(field(b) == "batch");
+    CHECK_THROWS_AS(BackwardKernel().backward(a), ArgumentError);
+}
