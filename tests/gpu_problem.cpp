@@ -13,7 +13,12 @@ const char* test_arch() {
     return a && *a ? a : nullptr;
 }
 
-bool test_arch_runs_here() { return !test_arch() || arch_runs_on(test_arch(), driver::current_device()); }
+// Asks the device even without a pin: that makes its primary context current, which the suites' first
+// allocations need.
+bool test_arch_runs_here() {
+    const auto dev = driver::current_device();
+    return !test_arch() || arch_runs_on(test_arch(), dev);
+}
 
 const char* to_string(Layout l) {
     switch (l) {

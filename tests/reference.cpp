@@ -199,10 +199,14 @@ double rel_frobenius(std::span<const double> out, std::span<const double> ref) {
     return std::sqrt(n.diff2 / n.ref2);
 }
 
-double rel_frobenius_floor1(std::span<const double> out, std::span<const double> ref) {
+double rel_frobenius_floor(std::span<const double> out, std::span<const double> ref, double floor_rms) {
     const Norms n = norms(out, ref);
     if (n.nonfinite) return std::numeric_limits<double>::infinity();
-    return std::sqrt(n.diff2 / std::max(n.ref2, double(ref.size())));
+    return std::sqrt(n.diff2 / std::max(n.ref2, floor_rms * floor_rms * double(ref.size())));
+}
+
+double rel_frobenius_floor1(std::span<const double> out, std::span<const double> ref) {
+    return rel_frobenius_floor(out, ref, 1.0);
 }
 
 std::size_t count_nonfinite(std::span<const double> values) {

@@ -70,6 +70,8 @@ double rel_frobenius(std::span<const double> out, std::span<const double> ref);
 // Like rel_frobenius, but the denominator is at least sqrt(n): an absolute error for data of magnitude < 1.
 // LSE values can sit near zero (one key, small scores), where a pure relative norm would blow up on noise.
 double rel_frobenius_floor1(std::span<const double> out, std::span<const double> ref);
+// The general form: the denominator is at least floor_rms * sqrt(n).
+double rel_frobenius_floor(std::span<const double> out, std::span<const double> ref, double floor_rms);
 
 std::size_t count_nonfinite(std::span<const double> values);
 std::size_t count_bits(std::span<const std::uint16_t> values, std::uint16_t bits);

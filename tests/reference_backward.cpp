@@ -59,6 +59,22 @@ double dp(const DenseProblem& p, int b, int h, int i, int j) {
 
 }  // namespace
 
+std::vector<double> dense_lse(const DenseProblem& p) {
+    std::vector<double> out(std::size_t(p.batch) * p.heads_q * p.seqlen_q, kInf);
+    std::vector<double> s(p.seqlen_k);
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.heads_q; ++h)
+            for (int i = 0; i < p.seqlen_q; ++i) {
+                const int n = p.visible(i);
+                if (n == 0) continue;
+                double mx = -kInf, sum = 0;
+                for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
+                for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
+                out[(std::size_t(b) * p.heads_q + h) * p.seqlen_q + i] = mx + std::log(sum);
+            }
+    return out;
+}
+
 std::vector<double> dense_forward(const DenseProblem& p) {
     std::vector<double> o(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_v, 0.0);
     const int group = p.heads_q / p.heads_kv;
@@ -106,6 +122,8 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
             dpr[j] = dp(p, b, h, i, j);
             delta += pr[j] * dpr[j];
         }
+        // A gradient g flowing into LSE adds g * P to dS (dLSE/dS = P): the same as lowering D by g.
+        if (!p.dlse.empty()) delta -= p.dlse[st.at(p, b, h, i)];
         st.lse[st.at(p, b, h, i)] = lse;
         st.delta[st.at(p, b, h, i)] = delta;
         double* dq = &r.dq[p.q_index(b, i, h, 0)];

@@ -15,6 +15,8 @@ struct DenseProblem {
     bool causal = false;
     double scale = 1.0;
     std::vector<double> q, k, v, dout;
+    // Optional [batch, heads_q, seqlen_q]: the loss's gradient with respect to the forward's LSE (empty: none).
+    std::vector<double> dlse;
 
     std::size_t q_index(int b, int s, int h, int d) const {
         return ((std::size_t(b) * seqlen_q + s) * heads_q + h) * head_dim_qk + d;
@@ -40,6 +42,9 @@ struct BackwardResult {
 
 // O on dense inputs ([batch, seqlen_q, heads_q, head_dim_v]; zero rows for queries that see no key).
 std::vector<double> dense_forward(const DenseProblem& p);
+
+// LSE on dense inputs, [batch, heads_q, seqlen_q] (+inf for queries that see no key).
+std::vector<double> dense_lse(const DenseProblem& p);
 
 // dQ, dK, dV on dense inputs, over `threads` threads (0: hardware concurrency): one pass over query rows (softmax
 // statistics, D = rowsum(dO * O), dQ), one over key rows (dK, dV), so neither needs a lock.

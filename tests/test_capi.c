@@ -237,6 +237,67 @@ static void test_runtime(void) {
     rtattn_runtime_destroy(NULL);
 }
 
+/* The backward pass: plan and precompile without a GPU, struct_size and NULL checks, and with a GPU a kernel set whose
+ * workspace size grows with the sequence and that refuses a missing LSE. */
+static void test_backward(void) {
+    rtattn_runtime_options o;
+    rtattn_runtime* rt = NULL;
+    rtattn_kernel_info info;
+    rtattn_config c;
+    rtattn_backward_args args;
+    rtattn_backward_kernel* k = NULL;
+    rtattn_status s;
+
+    rtattn_runtime_options_init(&o);
+    o.cache_dir = cache_dir;
+    CHECK(rtattn_runtime_create(&o, &rt) == RTATTN_OK);
+    rtattn_config_init(&c);
+    c.head_dim_qk = 132, c.causal = 1, c.num_heads_q = 8, c.num_heads_kv = 2, c.arch = "sm_80";
+    rtattn_kernel_info_init(&info);
+    CHECK(rtattn_runtime_plan_backward(rt, &c, &info) == RTATTN_OK);
+    CHECK(info.padded_qk == 144 && info.padded_v == 144 && info.registers == -1 && strlen(info.reason) > 0);
+    CHECK(strstr(info.kernel, "backward") != NULL);
+    CHECK(rtattn_runtime_precompile_backward(rt, &c, &info) == RTATTN_OK);
+    CHECK(info.registers > 0 && info.spill_bytes == 0 && strlen(info.key) == 64);
+    {
+        /* The forward's entry is a different one. */
+        rtattn_kernel_info fwd;
+        rtattn_kernel_info_init(&fwd);
+        CHECK(rtattn_runtime_plan(rt, &c, &fwd) == RTATTN_OK && strcmp(fwd.key, info.key) != 0);
+    }
+    c.head_dim_qk = 257;
+    CHECK_FAILS(rtattn_runtime_precompile_backward(rt, &c, &info), RTATTN_ERROR_CONFIG, "head_dim_qk");
+    CHECK_FAILS(rtattn_runtime_get_backward(rt, &c, NULL), RTATTN_ERROR_ARGUMENT, "out");
+
+    rtattn_backward_args_init(&args);
+    CHECK(args.struct_size == sizeof args && args.deterministic == 0 && args.workspace == NULL);
+    CHECK_FAILS(rtattn_kernel_backward(NULL, &args, NULL), RTATTN_ERROR_ARGUMENT, "kernel");
+    rtattn_backward_kernel_release(NULL);
+
+    c.head_dim_qk = 128, c.arch = NULL;
+    s = rtattn_runtime_get_backward(rt, &c, &k);
+    if (s == RTATTN_OK) {
+        size_t small = 0, large = 0;
+        rtattn_config kc;
+        CHECK(rtattn_backward_kernel_workspace_bytes(k, 1, 128, 128, &small) == RTATTN_OK);
+        CHECK(rtattn_backward_kernel_workspace_bytes(k, 2, 4096, 4096, &large) == RTATTN_OK);
+        CHECK(small > 0 && large > 32 * small);
+        CHECK_FAILS(rtattn_backward_kernel_workspace_bytes(k, 0, 1, 1, &small), RTATTN_ERROR_ARGUMENT, "batch");
+        CHECK_FAILS(rtattn_kernel_backward(k, &args, NULL), RTATTN_ERROR_ARGUMENT, "batch");
+        args.struct_size = 8;
+        CHECK_FAILS(rtattn_kernel_backward(k, &args, NULL), RTATTN_ERROR_ARGUMENT, "args.struct_size");
+        rtattn_config_init(&kc);
+        CHECK(rtattn_backward_kernel_get_config(k, &kc) == RTATTN_OK && kc.head_dim_qk == 128 && kc.causal == 1);
+        rtattn_backward_kernel_retain(k);
+        rtattn_backward_kernel_release(k);
+        rtattn_backward_kernel_release(k);
+        printf("test_capi: a GPU is present; get_backward and refused backward calls ran\n");
+    } else {
+        CHECK(s == RTATTN_ERROR_CONFIG && strcmp(rtattn_last_error_field(), "arch") == 0);
+    }
+    rtattn_runtime_destroy(rt);
+}
+
 /* The last error is per thread: a failure in one thread is not seen by another. */
 static void* fail_in_thread(void* arg) {
     rtattn_config c;
@@ -269,6 +330,7 @@ int main(int argc, char** argv) {
     test_config();
     test_text();
     test_runtime();
+    test_backward();
     test_thread_local();
     printf("test_capi: %d checks, %d failed\n", checks, failures);
     return failures == 0 ? 0 : 1;

@@ -137,6 +137,30 @@ TEST_CASE("bad runtime options and environment are ConfigErrors", "[cxx]") {
     unsetenv("RTATTN_CACHE_ONLY");
 }
 
+TEST_CASE("Runtime: the backward kernels' plan, precompile and refusals", "[cxx]") {
+    rtattn::RuntimeOptions o;
+    o.cache_dir = test_cache_dir() + "/cxx-api";
+    rtattn::Runtime rt(o);
+    rtattn::AttentionConfig c;
+    c.head_dim_qk = 192;
+    c.head_dim_v = 128;
+    c.num_heads_q = 8;
+    c.num_heads_kv = 1;
+    c.arch = "sm_90";
+    const auto info = rt.precompile_backward(c);
+    CHECK(info.plan.padded_qk == 192);
+    CHECK(info.plan.padded_v == 128);
+    CHECK(info.plan.kernel.find("backward") != std::string::npos);
+    CHECK(info.key != rt.precompile(c).key);
+    CHECK(info.spill_bytes <= 0);
+    const rtattn::BackwardKernel empty;
+    CHECK_FALSE(empty);
+    CHECK(caught<rtattn::ArgumentError>([&] { empty.backward({}); }).field() == "kernel");
+    CHECK(caught<rtattn::ArgumentError>([&] { (void)empty.workspace_bytes(1, 1, 1); }).field() == "kernel");
+    c.head_dim_v = 0;
+    CHECK(caught<rtattn::ConfigError>([&] { rt.precompile_backward(c); }).field() == "head_dim_v");
+}
+
 TEST_CASE("an empty Kernel refuses, naming it", "[cxx]") {
     const rtattn::Kernel k;
     CHECK_FALSE(k);

@@ -29,11 +29,17 @@ DenseProblem random_problem(int sq, int sk, int hq, int hkv, int dqk, int dv, bo
     return p;
 }
 
-// L = sum(dO * O): its gradient with respect to Q, K, V is what dense_backward computes.
+// L = sum(dO * O) + sum(dLSE * LSE) over rows that see a key: its gradient with respect to Q, K, V is what
+// dense_backward computes.
 double loss(const DenseProblem& p) {
     const auto o = test::dense_forward(p);
     double l = 0;
     for (std::size_t i = 0; i < o.size(); ++i) l += p.dout[i] * o[i];
+    if (!p.dlse.empty()) {
+        const auto lse = test::dense_lse(p);
+        for (std::size_t i = 0; i < lse.size(); ++i)
+            if (std::isfinite(lse[i])) l += p.dlse[i] * lse[i];
+    }
     return l;
 }
 
@@ -73,11 +79,18 @@ TEST_CASE("backward reference matches finite differences", "[reference]") {
     for (const Case& c : cases) {
         INFO("sq " << c.sq << " sk " << c.sk << " h " << c.hq << ":" << c.hkv << " d " << c.dqk << "/" << c.dv
                    << (c.causal ? " causal" : ""));
-        const DenseProblem p = random_problem(c.sq, c.sk, c.hq, c.hkv, c.dqk, c.dv, c.causal, seed++);
-        const auto g = test::dense_backward(p, 2);
-        CHECK(fd_error(p, &DenseProblem::q, g.dq) < 1e-6);
-        CHECK(fd_error(p, &DenseProblem::k, g.dk) < 1e-6);
-        CHECK(fd_error(p, &DenseProblem::v, g.dv) < 1e-6);
+        DenseProblem p = random_problem(c.sq, c.sk, c.hq, c.hkv, c.dqk, c.dv, c.causal, seed++);
+        for (bool with_dlse : {false, true}) {
+            INFO((with_dlse ? "with" : "without") << " a gradient into LSE");
+            if (with_dlse) {
+                p.dlse.resize(std::size_t(p.batch) * p.heads_q * p.seqlen_q);
+                for (std::size_t i = 0; i < p.dlse.size(); ++i) p.dlse[i] = std::sin(1.0 + double(i));
+            }
+            const auto g = test::dense_backward(p, 2);
+            CHECK(fd_error(p, &DenseProblem::q, g.dq) < 1e-6);
+            CHECK(fd_error(p, &DenseProblem::k, g.dk) < 1e-6);
+            CHECK(fd_error(p, &DenseProblem::v, g.dv) < 1e-6);
+        }
     }
 }
 

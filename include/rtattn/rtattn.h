@@ -199,6 +199,50 @@ RTATTN_API rtattn_status rtattn_kernel_get_info(const rtattn_kernel* kernel, rta
 /* The kernel's config, arch resolved (out->arch owned by the kernel). */
 RTATTN_API rtattn_status rtattn_kernel_get_config(const rtattn_kernel* kernel, rtattn_config* out);
 
+/* ---- the backward pass ------------------------------------------------------------------------------------------ */
+
+/* The backward kernels of one config (dQ, dK, dV), reference-counted like rtattn_kernel and independent of it. */
+typedef struct rtattn_backward_kernel rtattn_backward_kernel;
+
+/* Compiles or loads the config's backward kernels (their own cache entry) into the current CUDA context. The caller
+ * owns one reference: rtattn_backward_kernel_release it. */
+RTATTN_API rtattn_status rtattn_runtime_get_backward(rtattn_runtime* runtime, const rtattn_config* config,
+                                                     rtattn_backward_kernel** out);
+/* rtattn_runtime_precompile for the backward kernels; info may be NULL. */
+RTATTN_API rtattn_status rtattn_runtime_precompile_backward(rtattn_runtime* runtime, const rtattn_config* config,
+                                                            rtattn_kernel_info* info);
+/* The backward plan, without compiling anything. */
+RTATTN_API rtattn_status rtattn_runtime_plan_backward(rtattn_runtime* runtime, const rtattn_config* config,
+                                                      rtattn_kernel_info* info);
+
+typedef struct rtattn_backward_args {
+    size_t struct_size;
+    rtattn_tensor q, k, v;      /* the forward's inputs */
+    rtattn_tensor o;            /* the forward's output */
+    rtattn_tensor dout;         /* dO: the loss's gradient with respect to o, o's shape */
+    const float* lse;           /* the forward's LSE, [batch, heads_q, seqlen_q] float32 (required) */
+    const float* dlse;          /* optional (NULL): the loss's gradient with respect to that LSE, same layout */
+    rtattn_tensor dq, dk, dv;   /* written: q's, k's and v's shapes; dK and dV per KV head (a GQA group's sum) */
+    int32_t batch, seqlen_q, seqlen_k;
+    void* workspace;            /* device memory, 256-byte aligned, rtattn_backward_kernel_workspace_bytes(...) */
+    size_t workspace_bytes;
+    int32_t deterministic;      /* 1: bitwise-identical gradients run to run (slower) */
+} rtattn_backward_args;
+
+RTATTN_API void rtattn_backward_args_init(rtattn_backward_args* args);
+RTATTN_API void rtattn_backward_kernel_retain(rtattn_backward_kernel* kernel);
+RTATTN_API void rtattn_backward_kernel_release(rtattn_backward_kernel* kernel); /* NULL is fine */
+/* The workspace one call with these sizes needs (fp32 dQ accumulator, row statistics, turn counters). */
+RTATTN_API rtattn_status rtattn_backward_kernel_workspace_bytes(const rtattn_backward_kernel* kernel, int32_t batch,
+                                                                int32_t seqlen_q, int32_t seqlen_k, size_t* out);
+/* Writes dQ, dK, dV on `stream`. Never synchronizes or allocates (graph-capturable). RTATTN_ERROR_ARGUMENT names the
+ * bad argument (e.g. "workspace_bytes"). */
+RTATTN_API rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const rtattn_backward_args* args,
+                                                void* stream);
+RTATTN_API rtattn_status rtattn_backward_kernel_get_info(const rtattn_backward_kernel* kernel,
+                                                         rtattn_kernel_info* out);
+RTATTN_API rtattn_status rtattn_backward_kernel_get_config(const rtattn_backward_kernel* kernel, rtattn_config* out);
+
 #ifdef __cplusplus
 }
 #endif

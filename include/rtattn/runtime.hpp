@@ -2,6 +2,7 @@
 // Header-only over the C ABI (rtattn.h): nothing here crosses the shared library as a C++ type, so any C++17
 // compiler and either libstdc++ string ABI can use it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -72,6 +73,54 @@ private:
     std::shared_ptr<const State> state_;
 };
 
+// The backward kernels of one config: dQ, dK and dV from Q, K, V, O, dO and the forward's LSE.
+class BackwardKernel {
+public:
+    BackwardKernel() = default;
+    // Device memory one call needs as workspace (fp32 dQ accumulator, row statistics, turn counters).
+    std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k) const {
+        std::size_t n = 0;
+        detail::check(rtattn_backward_kernel_workspace_bytes(handle_checked(), batch, seqlen_q, seqlen_k, &n));
+        return n;
+    }
+    // Writes dQ, dK, dV on `stream`. Never synchronizes or allocates: graph-capturable. Throws ArgumentError.
+    void backward(const BackwardArgs& args, void* stream = nullptr) const {
+        rtattn_backward_args a;
+        rtattn_backward_args_init(&a);
+        a.q = detail::to_c(args.q), a.k = detail::to_c(args.k), a.v = detail::to_c(args.v);
+        a.o = detail::to_c(args.o), a.dout = detail::to_c(args.dout);
+        a.lse = args.lse, a.dlse = args.dlse;
+        a.dq = detail::to_c(args.dq), a.dk = detail::to_c(args.dk), a.dv = detail::to_c(args.dv);
+        a.batch = args.batch, a.seqlen_q = args.seqlen_q, a.seqlen_k = args.seqlen_k;
+        a.workspace = args.workspace, a.workspace_bytes = args.workspace_bytes;
+        a.deterministic = args.deterministic ? 1 : 0;
+        detail::check(rtattn_kernel_backward(handle_checked(), &a, stream));
+    }
+    const AttentionConfig& config() const { return state().config; }  // arch resolved
+    const KernelInfo& info() const { return state().info; }
+    explicit operator bool() const noexcept { return state_ != nullptr; }
+    rtattn_backward_kernel* handle() const noexcept { return state_ ? state_->handle : nullptr; }  // for C calls
+
+private:
+    friend class Runtime;
+    struct State {
+        rtattn_backward_kernel* handle = nullptr;
+        AttentionConfig config;
+        KernelInfo info;
+        State() = default;
+        State(const State&) = delete;
+        State& operator=(const State&) = delete;
+        ~State() { rtattn_backward_kernel_release(handle); }
+    };
+    const State& state() const {
+        if (!state_)
+            throw ArgumentError("kernel", "is empty (default-constructed); get one from Runtime::get_backward");
+        return *state_;
+    }
+    rtattn_backward_kernel* handle_checked() const { return state().handle; }
+    std::shared_ptr<const State> state_;
+};
+
 class Runtime {
 public:
     explicit Runtime(RuntimeOptions options = {}) : options_(std::move(options)) {
@@ -137,6 +186,31 @@ public:
         rtattn_kernel_info info;
         rtattn_kernel_info_init(&info);
         detail::check(rtattn_runtime_precompile(runtime_, &c, &info));
+        return detail::from_c(info);
+    }
+
+    // The backward kernels of `config` (their own cache entry), as get() and precompile() do for the forward.
+    BackwardKernel get_backward(const AttentionConfig& config) {
+        const rtattn_config c = detail::to_c(config);
+        auto state = std::make_shared<BackwardKernel::State>();
+        detail::check(rtattn_runtime_get_backward(runtime_, &c, &state->handle));
+        rtattn_config kc;
+        rtattn_config_init(&kc);
+        detail::check(rtattn_backward_kernel_get_config(state->handle, &kc));
+        state->config = detail::from_c(kc);
+        rtattn_kernel_info info;
+        rtattn_kernel_info_init(&info);
+        detail::check(rtattn_backward_kernel_get_info(state->handle, &info));
+        state->info = detail::from_c(info);
+        BackwardKernel k;
+        k.state_ = std::move(state);
+        return k;
+    }
+    KernelInfo precompile_backward(const AttentionConfig& config) {
+        const rtattn_config c = detail::to_c(config);
+        rtattn_kernel_info info;
+        rtattn_kernel_info_init(&info);
+        detail::check(rtattn_runtime_precompile_backward(runtime_, &c, &info));
         return detail::from_c(info);
     }
 

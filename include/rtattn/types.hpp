@@ -86,6 +86,7 @@ struct BackwardArgs {
     TensorArg o;                     // the forward's output, [batch, seqlen_q, heads_q, d_v]
     TensorArg dout;                  // dO, same shape as o
     const float* lse = nullptr;      // the forward's LSE, [batch, heads_q, seqlen_q] float32 (required)
+    const float* dlse = nullptr;     // optional: the loss's gradient with respect to that LSE, same layout
     TensorArg dq;                    // written: dQ, same shape as q
     TensorArg dk, dv;                // written: per KV head (the GQA group's gradients summed), shapes of k and v
     int batch = 0;

@@ -10,13 +10,13 @@ The library is found through RTATTN_LIBRARY, else next to this package (pip inst
 """
 import sys as _sys
 
-from ._api import (AttentionConfig, ArgumentError, CacheError, CacheMissError, CacheStats, CompileError,
+from ._api import (AttentionConfig, ArgumentError, BackwardKernel, CacheError, CacheMissError, CacheStats, CompileError,
                    ConfigError, CudaError, Error, Kernel, KernelInfo, Runtime, default_runtime, info, known_archs,
                    plan, precompile, set_default_runtime, version)
 
 __version__ = version()
 
-__all__ = ["AttentionConfig", "ArgumentError", "CacheError", "CacheMissError", "CacheStats", "CompileError",
+__all__ = ["AttentionConfig", "ArgumentError", "BackwardKernel", "CacheError", "CacheMissError", "CacheStats", "CompileError",
            "ConfigError", "CudaError", "Error", "Kernel", "KernelInfo", "Runtime", "attention", "default_runtime",
            "info", "known_archs", "plan", "precompile", "set_default_runtime", "version"]
 
@@ -33,10 +33,11 @@ def _load_torch_ops():
     return _torch_ops
 
 
-def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    """Scaled dot-product attention on torch CUDA tensors [batch, seqlen, heads, head_dim] (see
+def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False):
+    """Scaled dot-product attention on torch CUDA tensors [batch, seqlen, heads, head_dim], differentiable (see
     rtattn._torch.attention); needs torch."""
-    return _load_torch_ops().attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse)
+    return _load_torch_ops().attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse,
+                                       deterministic=deterministic)
 
 
 # A program that imported torch first gets torch.ops.rtattn.attention registered now, so torch.compile and CUDA

@@ -264,6 +264,47 @@ class Kernel:
             _raise(status)
 
 
+class BackwardKernel:
+    """The backward kernels of one config (dQ, dK, dV), for the CUDA context current when Runtime.get_backward made
+    them. Thread-safe."""
+
+    def __init__(self, handle: ctypes.c_void_p):
+        self._handle = handle
+        c = _lib.Config()
+        lib.rtattn_config_init(ctypes.byref(c))
+        _check(lib.rtattn_backward_kernel_get_config(handle, ctypes.byref(c)))
+        self.config = AttentionConfig._from_c(c)
+        i = _lib.KernelInfo()
+        lib.rtattn_kernel_info_init(ctypes.byref(i))
+        _check(lib.rtattn_backward_kernel_get_info(handle, ctypes.byref(i)))
+        self.info = KernelInfo._from_c(i)
+        self._backward = lib.rtattn_kernel_backward
+
+    def __del__(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle and lib is not None:
+            lib.rtattn_backward_kernel_release(handle)
+
+    def workspace_bytes(self, batch: int, seqlen_q: int, seqlen_k: int) -> int:
+        """Device memory one call with these sizes needs as its workspace (256-byte aligned)."""
+        n = ctypes.c_size_t()
+        _check(lib.rtattn_backward_kernel_workspace_bytes(self._handle, batch, seqlen_q, seqlen_k, ctypes.byref(n)))
+        return n.value
+
+    def backward_args(self) -> "_lib.BackwardArgs":
+        """A fresh argument struct for launch()."""
+        a = _lib.BackwardArgs()
+        lib.rtattn_backward_args_init(ctypes.byref(a))
+        return a
+
+    def launch(self, args: "_lib.BackwardArgs", stream: int = 0) -> None:
+        """Writes dQ, dK, dV on `stream`. Never synchronizes or allocates. Raises ArgumentError naming a bad
+        argument."""
+        status = self._backward(self._handle, ctypes.byref(args), stream)
+        if status:
+            _raise(status)
+
+
 class Runtime:
     """Compiles, caches and loads kernels (plan -> render -> NVRTC -> disk cache -> Driver API). Thread-safe.
 
@@ -342,6 +383,29 @@ class Runtime:
         _check(lib.rtattn_runtime_plan(self._handle, ctypes.byref(c), ctypes.byref(i)))
         return KernelInfo._from_c(i)
 
+    def get_backward(self, config: Optional[AttentionConfig] = None, **fields) -> BackwardKernel:
+        """Compiles or loads the config's backward kernels into the current CUDA context (needs a GPU)."""
+        c = _as_config(config, fields)._to_c()
+        handle = ctypes.c_void_p()
+        _check(lib.rtattn_runtime_get_backward(self._handle, ctypes.byref(c), ctypes.byref(handle)))
+        return BackwardKernel(handle)
+
+    def precompile_backward(self, config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
+        """precompile() for the config's backward kernels (their own cache entry)."""
+        c = _as_config(config, fields)._to_c()
+        i = _lib.KernelInfo()
+        lib.rtattn_kernel_info_init(ctypes.byref(i))
+        _check(lib.rtattn_runtime_precompile_backward(self._handle, ctypes.byref(c), ctypes.byref(i)))
+        return KernelInfo._from_c(i)
+
+    def plan_backward(self, config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
+        """The backward plan for a config, compiling nothing."""
+        c = _as_config(config, fields)._to_c()
+        i = _lib.KernelInfo()
+        lib.rtattn_kernel_info_init(ctypes.byref(i))
+        _check(lib.rtattn_runtime_plan_backward(self._handle, ctypes.byref(c), ctypes.byref(i)))
+        return KernelInfo._from_c(i)
+
     def stats(self) -> CacheStats:
         s = _lib.CacheStats()
         lib.rtattn_cache_stats_init(ctypes.byref(s))
@@ -401,5 +465,5 @@ def info() -> dict:
 
 # Shown as rtattn.ConfigError etc. in tracebacks and reprs, where users catch them.
 for _cls in (Error, ConfigError, ArgumentError, CompileError, CudaError, CacheMissError, CacheError, AttentionConfig,
-             KernelInfo, CacheStats, Kernel, Runtime):
+             KernelInfo, CacheStats, Kernel, BackwardKernel, Runtime):
     _cls.__module__ = "rtattn"

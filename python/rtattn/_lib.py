@@ -60,6 +60,13 @@ class ForwardArgs(ctypes.Structure):
                 ("lse", ctypes.c_void_p), ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32)]
 
 
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [("struct_size", _size), ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
+                ("dout", Tensor), ("lse", ctypes.c_void_p), ("dlse", ctypes.c_void_p), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
+                ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32), ("workspace", ctypes.c_void_p),
+                ("workspace_bytes", _size), ("deterministic", _i32)]
+
+
 _P = ctypes.POINTER
 _vp = ctypes.c_void_p
 # name: (restype, argtypes)
@@ -99,6 +106,16 @@ _PROTOTYPES = {
     "rtattn_kernel_forward": (_i32, [_vp, _P(ForwardArgs), _vp]),
     "rtattn_kernel_get_info": (_i32, [_vp, _P(KernelInfo)]),
     "rtattn_kernel_get_config": (_i32, [_vp, _P(Config)]),
+    "rtattn_runtime_get_backward": (_i32, [_vp, _P(Config), _P(_vp)]),
+    "rtattn_runtime_precompile_backward": (_i32, [_vp, _P(Config), _P(KernelInfo)]),
+    "rtattn_runtime_plan_backward": (_i32, [_vp, _P(Config), _P(KernelInfo)]),
+    "rtattn_backward_args_init": (None, [_P(BackwardArgs)]),
+    "rtattn_backward_kernel_retain": (None, [_vp]),
+    "rtattn_backward_kernel_release": (None, [_vp]),
+    "rtattn_backward_kernel_workspace_bytes": (_i32, [_vp, _i32, _i32, _i32, _P(_size)]),
+    "rtattn_kernel_backward": (_i32, [_vp, _P(BackwardArgs), _vp]),
+    "rtattn_backward_kernel_get_info": (_i32, [_vp, _P(KernelInfo)]),
+    "rtattn_backward_kernel_get_config": (_i32, [_vp, _P(Config)]),
 }
 
 

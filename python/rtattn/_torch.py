@@ -1,5 +1,6 @@
-"""rtattn.attention for PyTorch: a torch.library custom op ("rtattn::attention") over the C ABI, with a fake (meta)
-implementation so that torch.compile traces it without a graph break and CUDA graphs capture it.
+"""rtattn.attention for PyTorch: torch.library custom ops ("rtattn::attention" and its backward,
+"rtattn::attention_backward") over the C ABI, with fake (meta) implementations so that torch.compile traces a
+training step without a graph break and CUDA graphs capture it; autograd connects the two.
 
 Kernels are looked up once per (runtime, device, dtype, head dims, heads, causal, scale) and kept: the hot path is
 the argument checks, a dict lookup, torch.empty for the outputs, one argument struct and one C call
@@ -76,6 +77,22 @@ def _kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, cau
     return kernel
 
 
+def _backward_kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
+                     scale: Optional[float]) -> _api.BackwardKernel:
+    runtime = _api._default or _api.default_runtime()
+    kernels = runtime.__dict__.setdefault("_torch_backward_kernels", {})
+    key = (device.index, dtype, d, dv, hq, hkv, causal, scale)
+    kernel = kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = kernels.get(key)
+            if kernel is None:
+                config = _api.AttentionConfig(head_dim_qk=d, head_dim_v=dv, dtype=_DTYPES[dtype], causal=causal,
+                                              num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale)
+                kernel = kernels[key] = runtime.get_backward(config)
+    return kernel
+
+
 def _tensor(x: torch.Tensor) -> "_lib.Tensor":
     # A dim of extent 1 is never stepped over, and torch may give it any stride (unsqueeze, expand): pass 0.
     n, s = x.shape, x.stride()
@@ -83,6 +100,7 @@ def _tensor(x: torch.Tensor) -> "_lib.Tensor":
 
 
 _ARGS_SIZE = ctypes.sizeof(_lib.ForwardArgs)
+_BWD_ARGS_SIZE = ctypes.sizeof(_lib.BackwardArgs)
 # The current stream as a raw handle without building a torch.cuda.Stream object (a few µs per call); the public
 # call where this private one is missing.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
@@ -117,33 +135,85 @@ def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
     return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder)
 
 
-def _empty_lse(q):
-    return q.new_empty((0,), dtype=torch.float32)
-
 
 @torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-                  return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    # An op returns tensors only: without return_lse, lse is an empty placeholder.
-    return _forward(q, k, v, causal, softmax_scale, return_lse, _empty_lse)
+                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    # The op always returns LSE: its backward needs it. `deterministic` is the backward's, kept for it.
+    return _forward(q, k, v, causal, softmax_scale, True, None)
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, softmax_scale, return_lse):
+def _attention_fake(q, k, v, causal, softmax_scale, deterministic):
     _check(q, k, v, causal, softmax_scale)
     b, sq, hq, _ = q.shape
-    o = q.new_empty((b, sq, hq, v.shape[3]))
-    lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
-    return o, lse
+    return q.new_empty((b, sq, hq, v.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
-def _no_backward(ctx, grad_o, grad_lse):
-    raise NotImplementedError("rtattn.attention has no backward pass yet (training support is the next step, "
-                              "issue 12): call it under torch.no_grad() / torch.inference_mode(), or use "
-                              "torch.nn.functional.scaled_dot_product_attention where gradients are needed")
+def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic):
+    """Allocates dQ, dK, dV and the workspace (torch's caching allocator) and launches on the current stream."""
+    b, sq, hq, d = q.shape
+    sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
+    dk = torch.empty((b, sk, hkv, d), dtype=q.dtype, device=q.device)
+    dvv = torch.empty((b, sk, hkv, dv), dtype=q.dtype, device=q.device)
+    if b == 0 or sq == 0 or sk == 0:  # no query or no key: every gradient is zero
+        return dq.zero_(), dk.zero_(), dvv.zero_()
+    kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
+    workspace = torch.empty(kernel.workspace_bytes(b, sq, sk), dtype=torch.uint8, device=q.device)
+    args = _lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
+                             lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq), _tensor(dk),
+                             _tensor(dvv), b, sq, sk, workspace.data_ptr(), workspace.numel(), int(deterministic))
+    kernel.launch(args, _raw_stream(q.device.index))
+    return dq, dk, dvv
 
 
-_attention_op.register_autograd(_no_backward)
+def _unit_last(name, t):
+    """dO and dLSE come from whatever the loss did: any layout is accepted, copied when the kernel cannot read it."""
+    if name == "dlse":
+        return t.contiguous() if t is not None else None
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+@torch.library.custom_op("rtattn::attention_backward", mutates_args=(), device_types="cuda")
+def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                           lse: torch.Tensor, dlse: Optional[torch.Tensor], causal: bool,
+                           softmax_scale: Optional[float], deterministic: bool
+                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dout, dlse = _unit_last("dout", dout), _unit_last("dlse", dlse)
+    if dlse is not None and dlse.dtype != torch.float32:
+        dlse = dlse.float()
+    if q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):
+            return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic)
+    return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic)
+
+
+@_attention_backward_op.register_fake
+def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, softmax_scale, deterministic = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    if grad_o is None and grad_lse is None:
+        return None, None, None, None, None, None
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    dq, dk, dv = torch.ops.rtattn.attention_backward(grad_o, q, k, v, o, lse, grad_lse, ctx.causal,
+                                                     ctx.softmax_scale, ctx.deterministic)
+    return dq, dk, dv, None, None, None
+
+
+_attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # What tells a plain eager call from one that something records or transforms. The private probes are looked up
@@ -171,15 +241,16 @@ def _plain_eager(q, k, v) -> bool:
 
 def _refuse_what_the_op_would_drop(q, k, v) -> None:
     """The custom op lets forward-mode AD through without a tangent and without an error (measured with torch
-    2.11); torch.func transforms are not supported either. There is no derivative yet: refuse, never drop it."""
+    2.11); torch.func transforms are not supported either. There is a backward (reverse mode) only: refuse the rest,
+    never drop it."""
     if _forward_ad is not None and getattr(_forward_ad, "_current_level", -1) >= 0:
         for name, t in (("q", q), ("k", k), ("v", v)):
             if _forward_ad.unpack_dual(t).tangent is not None:
-                raise NotImplementedError(f"{name}: carries a forward-mode AD tangent; rtattn.attention has no "
-                                          "derivative yet (training support is the next step, issue 12)")
+                raise NotImplementedError(f"{name}: carries a forward-mode AD tangent; rtattn.attention has a "
+                                          "backward (reverse mode, torch.autograd) but no forward-mode derivative")
     if _transforms_active is not None and _transforms_active():
-        raise NotImplementedError("rtattn.attention does not support torch.func transforms (grad, jvp, vmap) yet; "
-                                  "call it outside them")
+        raise NotImplementedError("rtattn.attention does not support torch.func transforms (grad, jvp, vmap); "
+                                  "use torch.autograd (loss.backward(), torch.autograd.grad) outside them")
 
 
 def _no_lse(q):
@@ -187,15 +258,18 @@ def _no_lse(q):
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              softmax_scale: Optional[float] = None, return_lse: bool = False):
-    """Scaled dot-product attention on CUDA tensors in FlashAttention's layout.
+              softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False):
+    """Scaled dot-product attention on CUDA tensors in FlashAttention's layout, differentiable.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim]; v: [batch, seqlen_k,
     heads_kv, head_dim_v]; fp16 or bf16, any strides with the last dim contiguous; heads_q a multiple of heads_kv
     (GQA/MQA). causal is aligned bottom-right when seqlen_q != seqlen_k. softmax_scale defaults to 1/sqrt(head_dim).
     Runs on the tensors' device and its current stream; the output is a new [batch, seqlen_q, heads_q, head_dim_v]
-    tensor. With return_lse, also the float32 [batch, heads_q, seqlen_q] natural-log sum-exp of the scaled scores.
-    Inference only for now: the backward raises NotImplementedError."""
+    tensor. With return_lse, also the float32 [batch, heads_q, seqlen_q] natural-log sum-exp of the scaled scores
+    (gradients may flow through it too). Gradients for q, k and v come from librtattn's backward kernels (dK and dV
+    per KV head); deterministic=True makes them bitwise reproducible run to run, at some cost."""
+    if not isinstance(deterministic, bool):
+        raise ArgumentError(f"deterministic: {deterministic!r} is not True or False", "deterministic")
     if _plain_eager(q, k, v):
         # The same implementation without the dispatcher's round trip through the custom op (about half the
         # per-call host cost; docs/PERFORMANCE.md).
@@ -204,5 +278,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         if not torch.compiler.is_compiling():
             _refuse_what_the_op_would_drop(q, k, v)
-        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, return_lse)
+        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic)
     return (o, lse) if return_lse else o

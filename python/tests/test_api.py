@@ -22,7 +22,7 @@ def run_python(code, env=None):
 @pytest.mark.parametrize("struct, init", [
     (_lib.Config, "rtattn_config_init"), (_lib.RuntimeOptions, "rtattn_runtime_options_init"),
     (_lib.KernelInfo, "rtattn_kernel_info_init"), (_lib.CacheStats, "rtattn_cache_stats_init"),
-    (_lib.ForwardArgs, "rtattn_forward_args_init")])
+    (_lib.ForwardArgs, "rtattn_forward_args_init"), (_lib.BackwardArgs, "rtattn_backward_args_init")])
 def test_struct_layouts_match_the_library(struct, init):
     s = struct()
     getattr(_lib.lib, init)(ctypes.byref(s))
@@ -37,6 +37,18 @@ def test_every_field_round_trips_through_the_c_struct():
     assert c.describe() == "d132/100 fp16 causal h32:8 scale=0.07 sm_90a"
     assert rtattn.AttentionConfig(num_heads_q=4).num_heads_kv is None  # None: as many K/V heads as Q heads
     assert rtattn.AttentionConfig(num_heads_q=4).describe() == "d128 bf16 noncausal h4:4"
+
+
+def test_backward_plan_and_precompile_without_a_gpu(cache_dir):
+    rt = rtattn.Runtime(cache_dir=cache_dir)
+    c = rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80")
+    plan = rt.plan_backward(c)
+    assert plan.padded_qk == 144 and plan.registers == -1 and "backward" in plan.kernel
+    info = rt.precompile_backward(c)
+    assert info.registers > 0 and info.spill_bytes == 0 and info.key != rt.plan(c).key
+    with pytest.raises(rtattn.ConfigError) as e:
+        rt.precompile_backward(head_dim=0, arch="sm_80")
+    assert e.value.field == "head_dim_qk"
 
 
 def test_version_and_info():

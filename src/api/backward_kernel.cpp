@@ -24,6 +24,8 @@ void validate_backward_args(const plan::BackwardPlan& p, const AttentionConfig& 
     check_tensor("dv", a.dv, p.vec_v, true, a.batch, a.seqlen_k, hkv, p.head_dim_v);
     if (!a.lse) throw ArgumentError("lse", "is null; the forward's LSE ([batch, heads_q, seqlen_q] float32) is required");
     if (reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
+    if (reinterpret_cast<std::uintptr_t>(a.dlse) % 4 != 0)
+        throw ArgumentError("dlse", "must be 4-byte aligned (float32)");
     const std::size_t need = p.workspace(a.batch, hq, a.seqlen_q).bytes;
     if (!a.workspace)
         throw ArgumentError("workspace", fmt::format("is null; this call needs {} bytes (workspace_bytes())", need));
@@ -53,6 +55,7 @@ void BackwardKernel::backward(const BackwardArgs& a, void* stream) const {
     validate_backward_args(k.plan, k.config, a);
     kernels::BackwardCall call;
     call.q = a.q, call.k = a.k, call.v = a.v, call.o = a.o, call.dout = a.dout, call.lse = a.lse;
+    call.dlse = a.dlse;
     call.dq = a.dq, call.dk = a.dk, call.dv = a.dv;
     call.batch = a.batch, call.seqlen_q = a.seqlen_q, call.seqlen_k = a.seqlen_k;
     call.workspace = a.workspace;

@@ -16,9 +16,14 @@
 namespace rtattn {
 
 plan::PlanOptions plan_options(const RuntimeOptions& options) {
-    if (!options.tile_override.empty()) return {options.tile_override, "tile_override"};
-    const char* env = std::getenv("RTATTN_TILE");
-    return {env ? env : "", "RTATTN_TILE"};
+    plan::PlanOptions o;
+    if (!options.tile_override.empty()) {
+        o.tile_override = options.tile_override;
+    } else if (const char* env = std::getenv("RTATTN_TILE")) {
+        o.tile_override = env, o.tile_field = "RTATTN_TILE";
+    }
+    if (const char* env = std::getenv("RTATTN_BWD_TILE")) o.backward_tile_override = env;
+    return o;
 }
 
 std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
@@ -61,7 +66,7 @@ std::shared_ptr<const ResolvedBackward> Resolver::resolve_backward(AttentionConf
         if (auto it = backward_.find(config_key); it != backward_.end()) return it->second;
     }
     auto r = std::make_shared<ResolvedBackward>();
-    r->plan = plan::plan_backward(c);
+    r->plan = plan::plan_backward(c, options_.backward_tile_override);
     r->source = kernels::render_backward(r->plan);
     r->key = cache_key(r->source, c.arch);
     r->config = std::move(c);

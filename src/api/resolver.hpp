@@ -29,7 +29,8 @@ struct ResolvedBackward {
     std::string key;
 };
 
-// The plan options that RuntimeOptions describe: its tile override, else RTATTN_TILE (read here, once per Runtime).
+// The plan options that RuntimeOptions describe: its tile override, else RTATTN_TILE, and RTATTN_BWD_TILE (read here,
+// once per Runtime).
 plan::PlanOptions plan_options(const RuntimeOptions& options);
 
 class Resolver {

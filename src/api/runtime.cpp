@@ -198,6 +198,10 @@ std::shared_ptr<const Resolved> resolve(Runtime& rt, const AttentionConfig& conf
     return rt.impl().resolver.resolve(config);
 }
 
+std::shared_ptr<const ResolvedBackward> resolve_backward(Runtime& rt, const AttentionConfig& config) {
+    return rt.impl().resolver.resolve_backward(config);
+}
+
 const RuntimeOptions& Runtime::options() const { return impl_->options; }
 
 KernelInfo Runtime::precompile(const AttentionConfig& config) {

@@ -11,6 +11,7 @@ namespace rtattn {
 
 // The Runtime's resolver: what get() and precompile() use (so `precompile` can tell which configs need a compile).
 std::shared_ptr<const Resolved> resolve(Runtime& rt, const AttentionConfig& config);
+std::shared_ptr<const ResolvedBackward> resolve_backward(Runtime& rt, const AttentionConfig& config);
 
 // Whether a cubin built for `arch` can run on the device.
 bool arch_runs_on(const std::string& arch, const driver::DeviceInfo& dev);

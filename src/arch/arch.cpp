@@ -10,12 +10,13 @@ namespace rtattn::arch {
 namespace {
 
 constexpr Arch kArchs[] = {
-    // name     cc      'a'    smem/block    wgmma  tma    setmaxnreg
-    {"sm_80", 8, 0, false, 163 * 1024, false, false, false, "A100 (164 KB of shared memory per SM)"},
-    {"sm_86", 8, 6, false, 99 * 1024, false, false, false, "A10, A40, RTX 30xx (100 KB per SM)"},
-    {"sm_89", 8, 9, false, 99 * 1024, false, false, false, "L4, L40S, RTX 40xx (100 KB per SM)"},
-    {"sm_90", 9, 0, false, 227 * 1024, false, false, false, "H100, H200 without Hopper-only instructions"},
-    {"sm_90a", 9, 0, true, 227 * 1024, true, true, true, "H100, H200 (228 KB per SM)"},
+    // name     cc      'a'    smem/block    wgmma  tma    setmaxnreg bulk
+    {"sm_80", 8, 0, false, 163 * 1024, false, false, false, false, "A100 (164 KB of shared memory per SM)"},
+    {"sm_86", 8, 6, false, 99 * 1024, false, false, false, false, "A10, A40, RTX 30xx (100 KB per SM)"},
+    {"sm_89", 8, 9, false, 99 * 1024, false, false, false, false, "L4, L40S, RTX 40xx (100 KB per SM)"},
+    // Bulk copies are sm_90 itself, not Hopper-only ('a'); the forward kernels use TMA only on sm_90a.
+    {"sm_90", 9, 0, false, 227 * 1024, false, false, false, true, "H100, H200 without Hopper-only instructions"},
+    {"sm_90a", 9, 0, true, 227 * 1024, true, true, true, true, "H100, H200 (228 KB per SM)"},
 };
 
 }  // namespace

@@ -14,6 +14,7 @@ struct Arch {
     bool wgmma;          // warpgroup MMA (Hopper, arch-specific)
     bool tma;            // the tensor memory accelerator with mbarrier transactions (cp.async.bulk.tensor)
     bool setmaxnreg;     // moving registers between warpgroups
+    bool bulk;           // bulk copies and reductions between shared and global memory (cp.reduce.async.bulk)
     const char* gpus;    // for messages
 };
 

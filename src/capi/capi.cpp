@@ -30,6 +30,11 @@ struct rtattn_kernel {
     rtattn::core::Kernel kernel;
 };
 
+struct rtattn_backward_kernel {
+    std::atomic<int> refs{1};
+    rtattn::core::BackwardKernel kernel;
+};
+
 namespace rtattn::capi {
 namespace {
 
@@ -125,6 +130,16 @@ core::Runtime& runtime_of(rtattn_runtime* rt) {
 const core::Kernel& kernel_of(const rtattn_kernel* k) {
     if (!k) throw core::ArgumentError("kernel", "is NULL");
     return k->kernel;
+}
+
+const core::BackwardKernel& backward_of(const rtattn_backward_kernel* k) {
+    if (!k) throw core::ArgumentError("kernel", "is NULL");
+    return k->kernel;
+}
+
+void backward_args_defaults(rtattn_backward_args* a) {
+    std::memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
 }
 
 void write_text(const std::string& text, char* buf, std::size_t size, std::size_t* needed) {
@@ -370,6 +385,83 @@ rtattn_status rtattn_kernel_get_info(const rtattn_kernel* kernel, rtattn_kernel_
 rtattn_status rtattn_kernel_get_config(const rtattn_kernel* kernel, rtattn_config* out) {
     return guard([&] {
         const core::AttentionConfig& c = kernel_of(kernel).config();
+        write_struct(from_core(c, c.arch.c_str()), out, "out");
+    });
+}
+
+rtattn_status rtattn_runtime_get_backward(rtattn_runtime* runtime, const rtattn_config* config,
+                                         rtattn_backward_kernel** out) {
+    return guard([&] {
+        if (!out) throw core::ArgumentError("out", "is NULL");
+        *out = nullptr;
+        auto k = std::make_unique<rtattn_backward_kernel>();
+        k->kernel = runtime_of(runtime).get_backward(to_core(config));
+        *out = k.release();
+    });
+}
+
+rtattn_status rtattn_runtime_precompile_backward(rtattn_runtime* runtime, const rtattn_config* config,
+                                                 rtattn_kernel_info* info) {
+    return guard([&] { hand_out(runtime, runtime_of(runtime).precompile_backward(to_core(config)), info); });
+}
+
+rtattn_status rtattn_runtime_plan_backward(rtattn_runtime* runtime, const rtattn_config* config,
+                                           rtattn_kernel_info* info) {
+    return guard([&] {
+        const auto r = rtattn::resolve_backward(runtime_of(runtime), to_core(config));
+        core::KernelInfo k;
+        k.key = r->key;
+        k.arch = r->config.arch;
+        k.plan = r->plan.summary();
+        hand_out(runtime, std::move(k), info);
+    });
+}
+
+void rtattn_backward_args_init(rtattn_backward_args* args) {
+    if (args) backward_args_defaults(args);
+}
+
+void rtattn_backward_kernel_retain(rtattn_backward_kernel* kernel) {
+    if (kernel) kernel->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void rtattn_backward_kernel_release(rtattn_backward_kernel* kernel) {
+    if (kernel && kernel->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete kernel;
+}
+
+rtattn_status rtattn_backward_kernel_workspace_bytes(const rtattn_backward_kernel* kernel, int32_t batch,
+                                                     int32_t seqlen_q, int32_t seqlen_k, size_t* out) {
+    return guard([&] {
+        if (!out) throw core::ArgumentError("out", "is NULL");
+        *out = backward_of(kernel).workspace_bytes(batch, seqlen_q, seqlen_k);
+    });
+}
+
+rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const rtattn_backward_args* args,
+                                     void* stream) {
+    return guard([&] {
+        const core::BackwardKernel& k = backward_of(kernel);
+        const rtattn_backward_args a = read_struct(args, "args", backward_args_defaults);
+        if (a.deterministic != 0 && a.deterministic != 1)
+            throw core::ArgumentError("deterministic", std::to_string(a.deterministic) + " is not 0 or 1");
+        core::BackwardArgs b;
+        b.q = tensor(a.q), b.k = tensor(a.k), b.v = tensor(a.v), b.o = tensor(a.o), b.dout = tensor(a.dout);
+        b.lse = a.lse, b.dlse = a.dlse;
+        b.dq = tensor(a.dq), b.dk = tensor(a.dk), b.dv = tensor(a.dv);
+        b.batch = a.batch, b.seqlen_q = a.seqlen_q, b.seqlen_k = a.seqlen_k;
+        b.workspace = a.workspace, b.workspace_bytes = a.workspace_bytes;
+        b.deterministic = a.deterministic != 0;
+        k.backward(b, stream);
+    });
+}
+
+rtattn_status rtattn_backward_kernel_get_info(const rtattn_backward_kernel* kernel, rtattn_kernel_info* out) {
+    return guard([&] { write_struct(to_c(backward_of(kernel).info()), out, "out"); });
+}
+
+rtattn_status rtattn_backward_kernel_get_config(const rtattn_backward_kernel* kernel, rtattn_config* out) {
+    return guard([&] {
+        const core::AttentionConfig& c = backward_of(kernel).config();
         write_struct(from_core(c, c.arch.c_str()), out, "out");
     });
 }

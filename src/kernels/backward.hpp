@@ -17,6 +17,7 @@ namespace rtattn::kernels {
 struct BackwardCall {
     TensorArg q, k, v, o, dout;
     const float* lse = nullptr;  // [batch, heads_q, seqlen_q], the forward's
+    const float* dlse = nullptr; // optional, same layout: a gradient flowing into the LSE
     TensorArg dq, dk, dv;        // written: dQ like Q, dK like K, dV like V
     int batch = 0, seqlen_q = 0, seqlen_k = 0;
     void* workspace = nullptr;   // plan.workspace(...).bytes, 256-byte aligned

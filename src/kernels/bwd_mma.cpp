@@ -23,9 +23,11 @@ public:
     const char* name() const override { return "bwd_mma"; }
     bool runs_on(const arch::Arch&) const override { return true; }
     int smem_bytes(const plan::BackwardPlan& p) const override {
-        return geometry::bwd_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n);
+        return geometry::bwd_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.bulk_dq);
     }
-    std::string describe(const plan::BackwardPlan&) const override { return "mma.sync backward"; }
+    std::string describe(const plan::BackwardPlan& p) const override {
+        return p.bulk_dq ? "mma.sync backward, dQ by bulk reduction" : "mma.sync backward, dQ by atomics";
+    }
     render::StubSpec stub(const plan::BackwardPlan& p) const override {
         render::StubSpec s;
         s.program = fmt::format("rtattn_bwd_d{}x{}_{}{}_{}.cu", p.head_dim_qk, p.head_dim_v, p.bf16 ? "bf16" : "fp16",
@@ -39,7 +41,9 @@ public:
                     int_trait("kPadQK", p.pad_qk),          int_trait("kPadV", p.pad_v),
                     bool_trait("kBF16", p.bf16),            bool_trait("kCausal", p.causal),
                     int_trait("kBlockM", p.block_m),        int_trait("kBlockN", p.block_n),
-                    int_trait("kWarps", p.warps),           int_trait("kColSplit", p.col_split),
+                    int_trait("kWarps", p.warps),           int_trait("kSdpWarpsM", p.sdp_warps_m),
+                    int_trait("kDkvWarpsN", p.dkv_warps_n), int_trait("kDqWarpsM", p.dq_warps_m),
+                    int_trait("kStages", p.stages),         bool_trait("kBulkDQ", p.bulk_dq),
                     int_trait("kVecQK", p.vec_qk),          int_trait("kVecV", p.vec_v)};
         s.shape = "BwdShape";
         s.smem_bytes = p.smem_bytes;
@@ -59,6 +63,7 @@ BwdParams backward_params(const BackwardLaunch& l) {
     auto* base = static_cast<unsigned char*>(a.workspace);
     BwdParams p{};
     p.q = a.q.ptr, p.k = a.k.ptr, p.v = a.v.ptr, p.o = a.o.ptr, p.dout = a.dout.ptr, p.lse = a.lse;
+    p.dlse = a.dlse;
     p.dq = const_cast<void*>(a.dq.ptr), p.dk = const_cast<void*>(a.dk.ptr), p.dv = const_cast<void*>(a.dv.ptr);
     p.dq_accum = reinterpret_cast<float*>(base + w.dq_accum);
     p.lse2 = reinterpret_cast<float*>(base + w.lse2);

@@ -29,7 +29,12 @@ struct BackwardPlan {
     int block_m = 0;    // query rows per step of the main kernel
     int block_n = 0;    // keys per CTA
     int warps = 0;
-    int col_split = 1;  // warps sharing a 16-key row group of dK/dV (block_n = 16 * warps / col_split)
+    // How the warps split each GEMM's output (the rest of the warps split the other dimension):
+    int sdp_warps_m = 0;  // S and dP (block_m x block_n): warps along the query rows
+    int dkv_warps_n = 0;  // dK and dV (block_n x pad): warps along the keys
+    int dq_warps_m = 0;   // dQ (block_m x pad_qk): warps along the query rows
+    int stages = 1;       // Q/dO buffers: 2 loads the next query block while this one computes
+    bool bulk_dq = false; // dQ added by one bulk reduction per step (sm_90) instead of an atomic per element
     int vec_qk = 0, vec_v = 0;
     int smem_bytes = 0;
     std::string reason;
@@ -42,8 +47,10 @@ struct BackwardPlan {
 };
 
 // Validates the config and plans its backward; config.arch must be non-empty. Throws ConfigError when it cannot be
-// served.
-BackwardPlan plan_backward(const AttentionConfig& config);
+// served. `tile_override` ("block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages[,bulk_dq]",
+// RTATTN_BWD_TILE) replaces the table's choice:
+// a tuning knob, checked as the table's rows are.
+BackwardPlan plan_backward(const AttentionConfig& config, const std::string& tile_override = "");
 
 std::string backward_plan_json(const BackwardPlan& p);
 

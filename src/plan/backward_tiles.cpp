@@ -1,6 +1,8 @@
 // The backward tile table and plan_backward(): tiles per padded head dim and arch, a reason on every row.
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "arch/arch.hpp"
@@ -15,31 +17,66 @@ namespace {
 
 struct BwdTileRow {
     const kernels::BackwardFamily& (*family)();
-    int max_pad;     // largest padded head dim (the larger of the QK and V pads) the row serves
-    int min_smem;    // the arch's shared memory per block must reach this (the tiles need it)
-    int block_m, block_n, warps, col_split;
+    int max_pad;  // largest padded head dim (the larger of the QK and V pads) the row serves
+    int block_m, block_n, warps;
+    int sdp_warps_m, dkv_warps_n, dq_warps_m;  // see BackwardPlan
+    int stages;
     const char* why;
 };
 
 using kernels::bwd_mma;
 
-// dK and dV stay in registers for a CTA's whole life: a warp holds 16 keys x (pad_qk + pad_v) / col_split columns,
-// (pad_qk + pad_v) / (2 * col_split) fp32 registers per thread, which the rows keep at or below 128. First row whose
-// pad and shared memory fit wins.
+// dK and dV stay in registers for a CTA's whole life: block_n x (pad_qk + pad_v) fp32 over the CTA's threads. The
+// warp layouts trade shared-memory reads (each GEMM re-reads A for every column split and B for every row split)
+// against the fragment registers. The first row whose pad fits and whose shared memory the arch has wins, so each
+// pad lists its rows from the most to the least shared memory.
 constexpr BwdTileRow kBwdTiles[] = {
-    {bwd_mma, 64, 0, 64, 128, 8, 1,
-     "d<=64: 128 keys per CTA, one warp per 16 keys holding all of dK/dV (<=64 fp32 registers): Q/dO are re-read "
-     "once per 128 keys"},
-    {bwd_mma, 128, 0, 64, 64, 8, 2,
-     "d<=128: 64 keys per CTA, two warps per 16 keys each holding half of dK/dV's columns (<=64 registers), so S, "
-     "dP and the dQ fragments fit beside them without spilling"},
-    {bwd_mma, 256, 160 * 1024, 32, 64, 8, 2,
-     "d<=256 with >=160 KB of shared memory (sm_80, sm_90): 64 keys, two warps per 16 keys (<=128 registers of "
-     "dK/dV); 32 query rows per step, so each warp's dQ fragment is 16x64 (64 query rows spilled at 255 registers), "
-     "110 KB"},
-    {bwd_mma, 256, 0, 32, 32, 4, 2,
-     "d<=256 on ~100 KB of shared memory (sm_86, sm_89): 32x32 tiles, 4 warps, 73 KB"},
+    {bwd_mma, 64, 64, 128, 8, 2, 4, 2, 2,
+     "d<=64: 128 keys per CTA, so Q/dO are re-read once per 128 keys; 32x32 S tiles per warp, 32 keys x half the "
+     "columns of dK/dV; the next query block loads during this one"},
+    {bwd_mma, 64, 64, 128, 8, 2, 4, 2, 1, "d<=64 on less shared memory: one Q/dO buffer"},
+    {bwd_mma, 192, 64, 64, 8, 2, 4, 2, 2,
+     "d<=192: 64 keys (128 keys spill at 255 registers), 32x16 S tiles per warp, Q/dO double-buffered (H200, sm_90, "
+     "S=16k: d132 1.21x, d192 1.20x the 32-row tile)"},
+    {bwd_mma, 128, 64, 64, 8, 2, 4, 2, 1, "d<=128 on ~100 KB (sm_86, sm_89): one Q/dO buffer"},
+    {bwd_mma, 256, 32, 64, 8, 2, 4, 2, 2,
+     "d<=256: 64 keys, 32 query rows per step (64 rows spill at 255 registers or outgrow 227 KB), Q/dO "
+     "double-buffered"},
+    {bwd_mma, 256, 32, 32, 4, 2, 2, 2, 1, "d<=256 on ~100 KB of shared memory (sm_86, sm_89): 32x32 tiles, 4 warps"},
 };
+
+// The tile shapes the kernel can be built with (BwdShape's static_asserts, said here so an override fails as a
+// ConfigError naming what is wrong, before NVRTC).
+std::string tile_problem(const BackwardPlan& p) {
+    if (p.block_m < 16 || p.block_m % 16 || p.block_n < 16 || p.block_n % 16)
+        return "block_m and block_n must be positive multiples of 16";
+    if (p.warps < 1 || p.warps > 16) return "warps must be 1..16";
+    auto splits = [&](int by, int extent, int step) { return by >= 1 && p.warps % by == 0 && extent % (by * step) == 0; };
+    if (!splits(p.sdp_warps_m, p.block_m, 16) || !splits(p.warps / p.sdp_warps_m, p.block_n, 16))
+        return "sdp_warps_m must divide warps, block_m into 16-row pieces and leave block_n 16-key pieces";
+    if (!splits(p.dkv_warps_n, p.block_n, 16)) return "dkv_warps_n must divide warps and block_n into 16-key pieces";
+    if (!splits(p.dq_warps_m, p.block_m, 16)) return "dq_warps_m must divide warps and block_m into 16-row pieces";
+    if (p.stages != 1 && p.stages != 2) return "stages must be 1 or 2";
+    return "";
+}
+
+void apply_tile_override(BackwardPlan& p, const std::string& text, bool arch_bulk) {
+    int v[8] = {0, 0, 0, 0, 0, 0, 0, arch_bulk ? 1 : 0};
+    char tail = 0;
+    const int n = std::sscanf(text.c_str(), "%d,%d,%d,%d,%d,%d,%d,%d%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                              &v[6], &v[7], &tail);
+    if (n != 7 && n != 8)
+        throw ConfigError("RTATTN_BWD_TILE",
+                          fmt::format("'{}' is not block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages"
+                                      "[,bulk_dq]",
+                                      text));
+    p.block_m = v[0], p.block_n = v[1], p.warps = v[2], p.sdp_warps_m = v[3], p.dkv_warps_n = v[4];
+    p.dq_warps_m = v[5], p.stages = v[6], p.bulk_dq = v[7] != 0;
+    if (p.bulk_dq && !arch_bulk) throw ConfigError("RTATTN_BWD_TILE", fmt::format("'{}': {} has no bulk reduction", text, p.arch));
+    if (const std::string why = tile_problem(p); !why.empty())
+        throw ConfigError("RTATTN_BWD_TILE", fmt::format("'{}': {}", text, why));
+    p.reason = fmt::format("RTATTN_BWD_TILE={} (a tuning override, not the table)", text);
+}
 
 int vec_for(int d) {
     for (int v : {8, 4, 2})
@@ -51,7 +88,7 @@ std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
 
-BackwardPlan plan_backward(const AttentionConfig& c) {
+BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_override) {
     c.validate();
     if (c.arch.empty()) throw ConfigError("arch", "must be resolved to a concrete arch before planning");
     const arch::Arch& ai = arch::get(c.arch);
@@ -68,14 +105,21 @@ BackwardPlan plan_backward(const AttentionConfig& c) {
     const int pad = std::max(p.pad_qk, p.pad_v);
     for (const BwdTileRow& row : kBwdTiles) {
         const kernels::BackwardFamily& f = row.family();
-        if (pad > row.max_pad || ai.smem_optin < row.min_smem || !f.runs_on(ai)) continue;
-        p.family = &f;
-        p.block_m = row.block_m, p.block_n = row.block_n, p.warps = row.warps, p.col_split = row.col_split;
-        p.reason = row.why;
+        if (pad > row.max_pad || !f.runs_on(ai)) continue;
+        BackwardPlan cand = p;
+        cand.family = &f;
+        cand.block_m = row.block_m, cand.block_n = row.block_n, cand.warps = row.warps;
+        cand.sdp_warps_m = row.sdp_warps_m, cand.dkv_warps_n = row.dkv_warps_n, cand.dq_warps_m = row.dq_warps_m;
+        cand.stages = row.stages;
+        cand.bulk_dq = ai.bulk;
+        if (f.smem_bytes(cand) > ai.smem_optin) continue;
+        cand.reason = row.why;
+        p = cand;
         break;
     }
     if (!p.family) throw ConfigError("head_dim_qk", fmt::format("no backward tile serves d{}/{} on {}", p.head_dim_qk,
                                                                 p.head_dim_v, c.arch));
+    if (!tile_override.empty()) apply_tile_override(p, tile_override, ai.bulk);
     p.smem_bytes = p.family->smem_bytes(p);
     if (p.smem_bytes > ai.smem_optin)
         throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; the d{}/{} backward needs {} B",
@@ -90,7 +134,7 @@ BackwardWorkspace BackwardPlan::workspace(int batch, int heads_q, int seqlen_q) 
     w.m_pad = (std::int64_t(seqlen_q) + block_m - 1) / block_m * block_m;
     const std::size_t rows = std::size_t(batch) * std::size_t(heads_q) * std::size_t(w.m_pad);
     w.dq_accum = 0;
-    w.lse2 = align256(w.dq_accum + rows * std::size_t(pad_qk) * 4);
+    w.lse2 = align256(w.dq_accum + rows * std::size_t(geometry::bwd_dq_stride(pad_qk)) * 4);
     w.delta = align256(w.lse2 + rows * 4);
     w.dq_sem = align256(w.delta + rows * 4);
     w.bytes = align256(w.dq_sem + rows / std::size_t(block_m) * 4);
@@ -100,7 +144,7 @@ BackwardWorkspace BackwardPlan::workspace(int batch, int heads_q, int seqlen_q) 
 PlanSummary BackwardPlan::summary() const {
     PlanSummary s;
     s.padded_qk = pad_qk, s.padded_v = pad_v;
-    s.block_m = block_m, s.block_n = block_n, s.warps = warps, s.stages = 1;
+    s.block_m = block_m, s.block_n = block_n, s.warps = warps, s.stages = stages;
     s.smem_bytes = smem_bytes;
     s.vec_qk = vec_qk, s.vec_v = vec_v;
     s.useful_flop_fraction = useful_flop_fraction();
@@ -122,7 +166,11 @@ std::string backward_plan_json(const BackwardPlan& p) {
     j["block_m"] = p.block_m;
     j["block_n"] = p.block_n;
     j["warps"] = p.warps;
-    j["col_split"] = p.col_split;
+    j["sdp_warps_m"] = p.sdp_warps_m;
+    j["dkv_warps_n"] = p.dkv_warps_n;
+    j["dq_warps_m"] = p.dq_warps_m;
+    j["bulk_dq"] = p.bulk_dq;
+    j["stages"] = p.stages;
     j["vec_qk"] = p.vec_qk;
     j["vec_v"] = p.vec_v;
     j["smem_bytes"] = p.smem_bytes;

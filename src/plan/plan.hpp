@@ -50,6 +50,9 @@ struct PlanOptions {
     // [,pv_step[,wide_v]]]]" (tools/bench/tile_sweep.sh times candidates this way). Empty: the table decides.
     std::string tile_override;
     std::string tile_field = "tile_override";  // what errors about it name (the Runtime says RTATTN_TILE when set)
+    // The same for the backward table: "block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages[,bulk_dq]"
+    // (RTATTN_BWD_TILE).
+    std::string backward_tile_override;
 };
 
 // Validates the config (its one check per resolve) and plans it; config.arch must be non-empty (the Runtime resolves

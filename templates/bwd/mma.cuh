@@ -1,6 +1,7 @@
 // FlashAttention-2's backward pass for any head_dim, on mma.m16n8k16: three kernels of one module.
 //
-//   preprocess  per query row: D = rowsum(dO * O), LSE in log2 units; zeroes the dQ accumulator.
+//   preprocess  per query row: D = rowsum(dO * O) (minus the LSE's own gradient, if any), LSE in log2 units;
+//               zeroes the dQ accumulator.
 //   main        one CTA per (key block, kv head, batch) walks every query block of every query head of its GQA
 //               group: it recomputes S = Q K^T and P = exp(S * scale - LSE), then
 //                 dV += P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dK += dS^T Q,   dQ += dS K,
@@ -16,6 +17,7 @@
 #include "common/load.cuh"
 #include "common/params.h"
 #include "common/ptx.cuh"
+#include "common/warp_gemm.cuh"
 
 namespace rtattn {
 
@@ -24,7 +26,14 @@ namespace rtattn {
 //   kPadQK, kPadV           both padded to 16
 //   kBF16, kCausal
 //   kBlockM, kBlockN        query rows per step, keys per CTA
-//   kWarps, kColSplit       warps; warps sharing one 16-key row group of dK/dV (their columns interleaved)
+//   kWarps
+//   kSdpWarpsM              S and dP: warps along the query rows (the rest split the keys)
+//   kDkvWarpsN              dK and dV: warps along the keys (the rest split the columns, 16 at a time, interleaved)
+//   kDqWarpsM               dQ: warps along the query rows (the rest split the columns as above)
+//   kStages                 Q/dO buffers: 2 loads the next step's while this one computes, 1 when shared memory
+//                           is short
+//   kBulkDQ                 dQ leaves each step as one bulk reduction from shared memory (sm_90) instead of one
+//                           atomic add per element
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
 template <class T>
 struct BwdShape {
@@ -32,23 +41,34 @@ struct BwdShape {
     static constexpr int kStrideQK = geometry::padded_row(T::kPadQK);
     static constexpr int kStrideV = geometry::padded_row(T::kPadV);
     static constexpr int kStrideN = geometry::padded_row(T::kBlockN);  // P and dS tiles
-    // S, dP and dQ: kRowWarps groups of 16 query rows; within one, kColWarps warps split the columns.
-    static constexpr int kRowWarps = T::kBlockM / 16;
-    static constexpr int kColWarps = T::kWarps / kRowWarps;
-    static constexpr int kSCols = T::kBlockN / kColWarps;  // S columns per warp
-    // dK and dV: T::kBlockN / 16 groups of 16 key rows, kColSplit warps each.
+    static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);  // fp32 dQ rows, here and in the workspace
     static constexpr int kPairsQK = T::kPadQK / 16;  // 16-column pairs of 8-wide MMA blocks
     static constexpr int kPairsV = T::kPadV / 16;
-    static constexpr int kMyPairsQK = (kPairsQK + T::kColSplit - 1) / T::kColSplit;  // per warp, dK
-    static constexpr int kMyPairsV = (kPairsV + T::kColSplit - 1) / T::kColSplit;    // per warp, dV
-    static constexpr int kDqPairs = (kPairsQK + kColWarps - 1) / kColWarps;         // per warp, dQ
-    static constexpr int kSmemBytes = geometry::bwd_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN);
+    // S and dP: each warp a (kSdpM x 16*kSdpNP) tile.
+    static constexpr int kSdpM = T::kBlockM / T::kSdpWarpsM;
+    static constexpr int kSdpNP = T::kBlockN / (T::kWarps / T::kSdpWarpsM) / 16;
+    // dK and dV: each warp kDkvN keys x every kDkvWarpsD-th column pair.
+    static constexpr int kDkvN = T::kBlockN / T::kDkvWarpsN;
+    static constexpr int kDkvWarpsD = T::kWarps / T::kDkvWarpsN;
+    static constexpr int kMyPairsQK = (kPairsQK + kDkvWarpsD - 1) / kDkvWarpsD;
+    static constexpr int kMyPairsV = (kPairsV + kDkvWarpsD - 1) / kDkvWarpsD;
+    // dQ: each warp kDqM query rows x every kDqWarpsD-th column pair.
+    static constexpr int kDqM = T::kBlockM / T::kDqWarpsM;
+    static constexpr int kDqWarpsD = T::kWarps / T::kDqWarpsM;
+    static constexpr int kDqPairs = (kPairsQK + kDqWarpsD - 1) / kDqWarpsD;
+    static constexpr int kSmemBytes = geometry::bwd_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
+                                                                   T::kStages, T::kBulkDQ);
 
     static_assert(T::kPadQK % 16 == 0 && T::kPadQK >= T::kHeadDimQK && T::kPadQK - T::kHeadDimQK < 16, "QK pad");
     static_assert(T::kPadV % 16 == 0 && T::kPadV >= T::kHeadDimV && T::kPadV - T::kHeadDimV < 16, "V pad");
-    static_assert(T::kBlockM % 16 == 0 && T::kWarps % kRowWarps == 0, "whole 16-row groups of query rows");
-    static_assert(kSCols % 16 == 0 && kSCols * kColWarps == T::kBlockN, "S columns in 16-wide pairs");
-    static_assert((T::kBlockN / 16) * T::kColSplit == T::kWarps, "every warp owns part of one 16-key row group");
+    static_assert(T::kWarps % T::kSdpWarpsM == 0 && kSdpM % 16 == 0 && kSdpNP >= 1 &&
+                      kSdpNP * 16 * (T::kWarps / T::kSdpWarpsM) == T::kBlockN,
+                  "S/dP warps tile the block in 16 x 16 pieces");
+    static_assert(T::kWarps % T::kDkvWarpsN == 0 && kDkvN % 16 == 0 && kDkvN * T::kDkvWarpsN == T::kBlockN,
+                  "dK/dV warps own whole 16-key groups");
+    static_assert(T::kWarps % T::kDqWarpsM == 0 && kDqM % 16 == 0 && kDqM * T::kDqWarpsM == T::kBlockM,
+                  "dQ warps own whole 16-row groups");
+    static_assert(T::kStages == 1 || T::kStages == 2, "one or two Q/dO buffers");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
 };
 
@@ -97,8 +117,8 @@ __device__ __forceinline__ void flash_bwd_pre(const BwdParams& p) {
     const int head = blockIdx.y, batch = blockIdx.z;
     if (row >= p.m_pad) return;
     const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + row;
-    float* acc = p.dq_accum + ws_row * T::kPadQK;
-    for (int c = lane; c < T::kPadQK; c += 32) acc[c] = 0.f;
+    float* acc = p.dq_accum + ws_row * BwdShape<T>::kDqStride;
+    for (int c = lane; c < BwdShape<T>::kDqStride; c += 32) acc[c] = 0.f;
     if (row % T::kBlockM == 0 && lane == 0) p.dq_sem[ws_row / T::kBlockM] = 0;
     float d = 0.f, lse2 = __int_as_float(0x7f800000);  // past seqlen_q: D 0, LSE +inf
     if (row < p.seqlen_q) {
@@ -109,7 +129,10 @@ __device__ __forceinline__ void flash_bwd_pre(const BwdParams& p) {
         for (int c = lane; c < T::kHeadDimV; c += 32)
             d += detail::to_float<T::kBF16>(o[c]) * detail::to_float<T::kBF16>(dout[c]);
         d = detail::warp_sum(d);
-        lse2 = p.lse[((long long)batch * p.heads_q + head) * p.seqlen_q + row] * 1.4426950408889634f;
+        const long long stat = ((long long)batch * p.heads_q + head) * p.seqlen_q + row;
+        lse2 = p.lse[stat] * 1.4426950408889634f;
+        // A gradient g flowing into LSE adds g * P to dS (dLSE/dS = P): the same as lowering D by g.
+        if (p.dlse) d -= p.dlse[stat];
     }
     if (lane == 0) {
         p.delta[ws_row] = d;
@@ -125,7 +148,8 @@ __device__ __forceinline__ void flash_bwd_post(const BwdParams& p) {
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
     const int head = blockIdx.y, batch = blockIdx.z;
     if (row >= p.seqlen_q) return;
-    const float* acc = p.dq_accum + (((long long)batch * p.heads_q + head) * p.m_pad + row) * T::kPadQK;
+    const float* acc =
+        p.dq_accum + (((long long)batch * p.heads_q + head) * p.m_pad + row) * BwdShape<T>::kDqStride;
     u16* dq = static_cast<u16*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride + row * p.dq_seq_stride;
     for (int c = 2 * lane; c < T::kHeadDimQK; c += 64)
         detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dq, c, acc[c] * p.scale, acc[c + 1] * p.scale);
@@ -137,28 +161,48 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     using ptx::u16;
     using ptx::u32;
     constexpr int kThreads = S::kThreads;
-    constexpr int kSNB = S::kSCols / 8;  // 8-wide S column blocks per warp
 
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    u16* sK = reinterpret_cast<u16*>(smem_raw);
+    // Shared memory: the dQ staging tile (fp32, first: bulk copies want it aligned); K, V (the CTA's keys, loaded
+    // once); kStages buffers of Q, dO and their rows' LSE and D (the next step's load while this one computes); P
+    // and dS of the current step.
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    float* sdQ = reinterpret_cast<float*>(smem_raw);
+    u16* sK = reinterpret_cast<u16*>(smem_raw + (T::kBulkDQ ? 4 * T::kBlockM * S::kDqStride : 0));
     u16* sV = sK + T::kBlockN * S::kStrideQK;
-    u16* sQ = sV + T::kBlockN * S::kStrideV;
-    u16* sdO = sQ + T::kBlockM * S::kStrideQK;
-    u16* sP = sdO + T::kBlockM * S::kStrideV;
+    u16* sQ0 = sV + T::kBlockN * S::kStrideV;
+    u16* sdO0 = sQ0 + T::kStages * T::kBlockM * S::kStrideQK;
+    u16* sP = sdO0 + T::kStages * T::kBlockM * S::kStrideV;
     u16* sdS = sP + T::kBlockM * S::kStrideN;
+    float* sLse0 = reinterpret_cast<float*>(sdS + T::kBlockM * S::kStrideN);
+    float* sD0 = sLse0 + T::kStages * T::kBlockM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
+    // Deterministic mode adds each query block's dQ in descending key-block order and dispatches the key blocks in
+    // that order too: a CTA waits only on CTAs dispatched before it (so the wait ends), and under the causal mask
+    // the key block that starts on a query block is the first to add to it, so no CTA waits at all there.
+    const int n_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int kv_head = blockIdx.y, batch = blockIdx.z;
     const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
     const int n0 = n_block * T::kBlockN;
-    const int g = lane >> 2, t2 = (lane & 3) * 2;  // accumulator fragment: rows g and g + 8, columns t2 and t2 + 1
+    const int g = lane >> 2, t2 = (lane & 3) * 2;  // C fragment: rows g and g + 8, columns t2 and t2 + 1
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
     auto at_v = [](int r, int c) { return r * S::kStrideV + c; };
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
-    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
-    detail::zero_pad_cols<T::kBlockM, T::kHeadDimV, T::kPadV, kThreads>(sdO, tid, at_v);
+#pragma unroll
+    for (int st = 0; st < T::kStages; ++st) {
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ0 + st * T::kBlockM * S::kStrideQK,
+                                                                             tid, at_qk);
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimV, T::kPadV, kThreads>(sdO0 + st * T::kBlockM * S::kStrideV,
+                                                                           tid, at_v);
+    }
+    if constexpr (T::kBulkDQ) {  // the staging rows' tail past kPadQK is reduced too (into workspace padding)
+        for (int i = tid; i < T::kBlockM * (S::kDqStride - T::kPadQK); i += kThreads) {
+            const int r = i / (S::kDqStride - T::kPadQK);
+            sdQ[r * S::kDqStride + T::kPadQK + i % (S::kDqStride - T::kPadQK)] = 0.f;
+        }
+    }
 
     const u16* gK = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
                     (long long)n0 * p.k_seq_stride;
@@ -167,103 +211,104 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride, seqlen_k - n0, tid,
                                                                       at_qk);
     detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(sV, gV, p.v_seq_stride, seqlen_k - n0, tid, at_v);
-    ptx::cp_async_commit();
 
-    // Query blocks this key block is seen from: causal (bottom-right) skips those entirely above it.
+    // Steps: every query block this key block is seen from, for each query head of the GQA group. Causal
+    // (bottom-right) skips the blocks entirely above the key block.
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
     const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
     const int m_begin = first_row / T::kBlockM;
+    const int steps_per_head = m_blocks - m_begin;
+    const int steps = steps_per_head * p.q_per_kv;
 
-    // Warp roles. S, dP and dQ: 16 query rows (wm) x a column share (wn). dK, dV: 16 key rows (wr) x every
-    // kColSplit-th 16-column pair (wc).
-    const int wm = warp / S::kColWarps, wn = warp % S::kColWarps;
-    const int wr = warp / T::kColSplit, wc = warp % T::kColSplit;
-    // ldmatrix lane addressing (fragment layouts of mma.m16n8k16):
-    //   A, row-major source:                 row lane%16, column 8*(lane/16)
-    //   B from an [n][k] source (x4, 2 n-blocks): row 8*(lane/16) + lane%8, column 8*((lane/8)%2)
-    //   B from a [k][n] source, .trans (x4):  row lane%16, column 8*(lane/16)
-    //   A^T from a [k][m] source, .trans:     row (lane%8) + 8*(lane/16), column 8*((lane/8)%2)
-    const int a_row = lane & 15, a_col = (lane >> 4) * 8;
-    const int bn_row = (lane & 7) + (lane >> 4) * 8, bn_col = ((lane >> 3) & 1) * 8;
-    const int at_row = (lane & 7) + (lane >> 4) * 8, at_col = ((lane >> 3) & 1) * 8;
+    // Loads step `i`'s Q, dO, LSE and D into stage buffer `st` (cp.async; the caller commits).
+    auto load_step = [&](int i, int st) {
+        const int head = kv_head * p.q_per_kv + i / steps_per_head;
+        const int m0 = (m_begin + i % steps_per_head) * T::kBlockM;
+        const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                        (long long)m0 * p.q_seq_stride;
+        const u16* gdO = static_cast<const u16*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
+                         (long long)m0 * p.do_seq_stride;
+        detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ0 + st * T::kBlockM * S::kStrideQK, gQ,
+                                                                          p.q_seq_stride, seqlen_q - m0, tid, at_qk);
+        detail::load_tile<T::kBlockM, T::kHeadDimV, T::kVecV, kThreads>(sdO0 + st * T::kBlockM * S::kStrideV, gdO,
+                                                                        p.do_seq_stride, seqlen_q - m0, tid, at_v);
+        // The workspace has m_pad rows per head (a multiple of kBlockM): these reads never leave it.
+        const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
+        for (int r = tid; r < T::kBlockM; r += kThreads) {
+            ptx::cp_async<4>(ptx::smem_u32(sLse0 + st * T::kBlockM + r), p.lse2 + ws + r, true);
+            ptx::cp_async<4>(ptx::smem_u32(sD0 + st * T::kBlockM + r), p.delta + ws + r, true);
+        }
+    };
+    if (steps > 0) load_step(0, 0);
+    ptx::cp_async_commit();  // K, V and the first step
 
-    float acc_dk[S::kMyPairsQK * 2][4];
-    float acc_dv[S::kMyPairsV * 2][4];
-#pragma unroll
-    for (int i = 0; i < S::kMyPairsQK * 2; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dk[i][e] = 0.f;
-#pragma unroll
-    for (int i = 0; i < S::kMyPairsV * 2; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dv[i][e] = 0.f;
+    // Warp roles: (sm, sn) for S and dP, (kn, kd) for dK and dV, (qm, qd) for dQ.
+    const int sm = warp / (T::kWarps / T::kSdpWarpsM), sn = warp % (T::kWarps / T::kSdpWarpsM);
+    const int kn = warp / S::kDkvWarpsD, kd = warp % S::kDkvWarpsD;
+    const int qm = warp / S::kDqWarpsD, qd = warp % S::kDqWarpsD;
+    constexpr int kSdpMI = S::kSdpM / 16, kDkvMI = S::kDkvN / 16, kDqMI = S::kDqM / 16;
 
-    for (int head = kv_head * p.q_per_kv; head < (kv_head + 1) * p.q_per_kv; ++head) {
-        const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
-        const u16* gdO = static_cast<const u16*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride;
+    float acc_dk[kDkvMI][S::kMyPairsQK * 2][4];
+    float acc_dv[kDkvMI][S::kMyPairsV * 2][4];
+    warp::zero(acc_dk);
+    warp::zero(acc_dv);
+    const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV), aP = ptx::smem_u32(sP), adS = ptx::smem_u32(sdS);
+
+    for (int i = 0; i < steps; ++i) {
+        const int st = T::kStages > 1 ? i % T::kStages : 0;
+        const int head = kv_head * p.q_per_kv + i / steps_per_head;
+        const int m0 = (m_begin + i % steps_per_head) * T::kBlockM;
         const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
-        for (int m = m_begin; m < m_blocks; ++m) {
-            const int m0 = m * T::kBlockM;
-            __syncthreads();  // the previous step is done with Q, dO, P and dS
-            detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(
-                sQ, gQ + (long long)m0 * p.q_seq_stride, p.q_seq_stride, seqlen_q - m0, tid, at_qk);
-            detail::load_tile<T::kBlockM, T::kHeadDimV, T::kVecV, kThreads>(
-                sdO, gdO + (long long)m0 * p.do_seq_stride, p.do_seq_stride, seqlen_q - m0, tid, at_v);
+        const u32 aQ = ptx::smem_u32(sQ0 + st * T::kBlockM * S::kStrideQK);
+        const u32 adO = ptx::smem_u32(sdO0 + st * T::kBlockM * S::kStrideV);
+        const float* sLse = sLse0 + st * T::kBlockM;
+        const float* sD = sD0 + st * T::kBlockM;
+        if constexpr (T::kStages == 1) {
+            if (i > 0) {
+                __syncthreads();  // the previous step is done with Q, dO, P and dS
+                load_step(i, 0);
+                ptx::cp_async_commit();
+            }
+        }
+        if constexpr (T::kBulkDQ) {
+            if (tid == 0) ptx::bulk_wait_read<0>();  // the previous step's reduction has read sdQ
+        }
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // this step's tiles are in; every warp is past the previous step (its buffer is free)
+        if constexpr (T::kStages > 1) {
+            if (i + 1 < steps) load_step(i + 1, (i + 1) % T::kStages);
             ptx::cp_async_commit();
-            const int r_lo = m0 + wm * 16 + g;  // this thread's two query rows
-            const float lse2_lo = p.lse2[ws_head + r_lo], lse2_hi = p.lse2[ws_head + r_lo + 8];
-            const float d_lo = p.delta[ws_head + r_lo], d_hi = p.delta[ws_head + r_lo + 8];
-            ptx::cp_async_wait<0>();
-            __syncthreads();
+        }
 
-            // S = Q K^T and dP = dO V^T for 16 rows x kSCols columns.
-            float s[kSNB][4], dp[kSNB][4];
-#pragma unroll
-            for (int nb = 0; nb < kSNB; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < T::kPadQK / 16; ++kk) {
-                u32 a[4];
-                ptx::ldsm_x4(ptx::smem_u32(sQ + at_qk(wm * 16 + a_row, kk * 16 + a_col)), a[0], a[1], a[2], a[3]);
-#pragma unroll
-                for (int np = 0; np < kSNB / 2; ++np) {
-                    u32 b0, b1, b2, b3;
-                    ptx::ldsm_x4(ptx::smem_u32(sK + at_qk(wn * S::kSCols + np * 16 + bn_row, kk * 16 + bn_col)), b0,
-                                 b1, b2, b3);
-                    ptx::mma<T::kBF16>(s[2 * np], a, b0, b1);
-                    ptx::mma<T::kBF16>(s[2 * np + 1], a, b2, b3);
-                }
-            }
-#pragma unroll
-            for (int kk = 0; kk < T::kPadV / 16; ++kk) {
-                u32 a[4];
-                ptx::ldsm_x4(ptx::smem_u32(sdO + at_v(wm * 16 + a_row, kk * 16 + a_col)), a[0], a[1], a[2], a[3]);
-#pragma unroll
-                for (int np = 0; np < kSNB / 2; ++np) {
-                    u32 b0, b1, b2, b3;
-                    ptx::ldsm_x4(ptx::smem_u32(sV + at_v(wn * S::kSCols + np * 16 + bn_row, kk * 16 + bn_col)), b0,
-                                 b1, b2, b3);
-                    ptx::mma<T::kBF16>(dp[2 * np], a, b0, b1);
-                    ptx::mma<T::kBF16>(dp[2 * np + 1], a, b2, b3);
-                }
-            }
+        // S = Q K^T and dP = dO V^T.
+        float s[kSdpMI][S::kSdpNP * 2][4], dp[kSdpMI][S::kSdpNP * 2][4];
+        warp::zero(s);
+        warp::zero(dp);
+        warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false>(
+            s, aQ, S::kStrideQK, sm * S::kSdpM, aK, S::kStrideQK, sn * S::kSdpNP, 1, lane);
+        warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadV / 16, false, false>(
+            dp, adO, S::kStrideV, sm * S::kSdpM, aV, S::kStrideV, sn * S::kSdpNP, 1, lane);
 
-            // P = exp(S * scale - LSE) (0 where masked), dS = P * (dP - D); both to shared memory, 16-bit.
-            const bool masked = n0 + T::kBlockN > seqlen_k ||
-                                (T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+        // P = exp(S * scale - LSE) (0 where masked), dS = P * (dP - D); both to shared memory, 16-bit.
+        const bool masked = n0 + T::kBlockN > seqlen_k ||
+                            (T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q);
 #pragma unroll
-            for (int nb = 0; nb < kSNB; ++nb) {
-                const int c_local = wn * S::kSCols + nb * 8 + t2;
+        for (int mi = 0; mi < kSdpMI; ++mi) {
+            const int r_local = sm * S::kSdpM + 16 * mi + g;
+            const float lse2[2] = {sLse[r_local], sLse[r_local + 8]};
+            const float dd[2] = {sD[r_local], sD[r_local + 8]};
+#pragma unroll
+            for (int nb = 0; nb < S::kSdpNP * 2; ++nb) {
+                const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
                 float pr[4], ds[4];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int row = r_lo + (e >= 2 ? 8 : 0), col = n0 + c_local + (e & 1);
-                    const bool hidden = masked && (col >= seqlen_k || (T::kCausal && col > row + seqlen_k - seqlen_q));
-                    pr[e] = hidden ? 0.f : ptx::fast_exp2(s[nb][e] * p.scale_log2 - (e >= 2 ? lse2_hi : lse2_lo));
-                    ds[e] = pr[e] * (dp[nb][e] - (e >= 2 ? d_hi : d_lo));
+                    const int row = m0 + r_local + (e >= 2 ? 8 : 0), col = n0 + c_local + (e & 1);
+                    const bool hidden =
+                        masked && (col >= seqlen_k || (T::kCausal && col > row + seqlen_k - seqlen_q));
+                    pr[e] = hidden ? 0.f : ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
+                    ds[e] = pr[e] * (dp[mi][nb][e] - dd[e >> 1]);
                 }
-                const int r_local = wm * 16 + g;
                 *reinterpret_cast<u32*>(sP + r_local * S::kStrideN + c_local) = ptx::pack2<T::kBF16>(pr[0], pr[1]);
                 *reinterpret_cast<u32*>(sP + (r_local + 8) * S::kStrideN + c_local) =
                     ptx::pack2<T::kBF16>(pr[2], pr[3]);
@@ -271,91 +316,87 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                 *reinterpret_cast<u32*>(sdS + (r_local + 8) * S::kStrideN + c_local) =
                     ptx::pack2<T::kBF16>(ds[2], ds[3]);
             }
+        }
+        __syncthreads();
+
+        // dV += P^T dO and dK += dS^T Q (P and dS read transposed: stored [query][key]), reducing over the block's
+        // query rows.
+        warp::gemm<T::kBF16, kDkvMI, S::kMyPairsV, S::kPairsV, T::kBlockM / 16, true, true>(
+            acc_dv, aP, S::kStrideN, kn * S::kDkvN, adO, S::kStrideV, kd, S::kDkvWarpsD, lane);
+        warp::gemm<T::kBF16, kDkvMI, S::kMyPairsQK, S::kPairsQK, T::kBlockM / 16, true, true>(
+            acc_dk, adS, S::kStrideN, kn * S::kDkvN, aQ, S::kStrideQK, kd, S::kDkvWarpsD, lane);
+
+        // dQ = dS K for this warp's rows and column pairs, then added into the fp32 accumulator.
+        float dq[kDqMI][S::kDqPairs * 2][4];
+        warp::zero(dq);
+        warp::gemm<T::kBF16, kDqMI, S::kDqPairs, S::kPairsQK, T::kBlockN / 16, false, true>(
+            dq, adS, S::kStrideN, qm * S::kDqM, aK, S::kStrideQK, qd, S::kDqWarpsD, lane);
+        // Deterministic turn: the key blocks that reach this query block are 0..n_last (the causal mask is
+        // monotone; the same rule as m_begin above), and they add from n_last down.
+        int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
+        const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
+        const int n_last = T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
+                                      : n_keys_last;
+        const int my_turn = n_last - n_block;
+        float* acc_tile = p.dq_accum + (ws_head + m0) * S::kDqStride;
+        if constexpr (T::kBulkDQ) {
+#pragma unroll
+            for (int mi = 0; mi < kDqMI; ++mi)
+#pragma unroll
+                for (int j = 0; j < S::kDqPairs; ++j) {
+                    const int pair = qd + j * S::kDqWarpsD;
+                    if (pair < S::kPairsQK)
+#pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            const float* v = dq[mi][2 * j + half];
+                            float* row = sdQ + (qm * S::kDqM + 16 * mi + g) * S::kDqStride + pair * 16 + half * 8 + t2;
+                            *reinterpret_cast<float2*>(row) = make_float2(v[0], v[1]);
+                            *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(v[2], v[3]);
+                        }
+                }
+            ptx::fence_proxy_async_smem();  // the bulk copy reads through the async proxy
             __syncthreads();
-
-            // dV += P^T dO and dK += dS^T Q for this warp's 16 keys, reducing over the block's query rows.
-#pragma unroll
-            for (int kk = 0; kk < T::kBlockM / 16; ++kk) {
-                u32 a[4];
-                ptx::ldsm_x4_t(ptx::smem_u32(sP + (kk * 16 + at_row) * S::kStrideN + wr * 16 + at_col), a[0], a[1],
-                               a[2], a[3]);
-#pragma unroll
-                for (int i = 0; i < S::kMyPairsV; ++i) {
-                    const int pair = wc + i * T::kColSplit;
-                    if (pair < S::kPairsV) {
-                        u32 b0, b1, b2, b3;
-                        ptx::ldsm_x4_t(ptx::smem_u32(sdO + at_v(kk * 16 + a_row, pair * 16 + a_col)), b0, b1, b2, b3);
-                        ptx::mma<T::kBF16>(acc_dv[2 * i], a, b0, b1);
-                        ptx::mma<T::kBF16>(acc_dv[2 * i + 1], a, b2, b3);
+            if (tid == 0) {
+                if (p.deterministic)
+                    while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
                     }
-                }
-                ptx::ldsm_x4_t(ptx::smem_u32(sdS + (kk * 16 + at_row) * S::kStrideN + wr * 16 + at_col), a[0], a[1],
-                               a[2], a[3]);
-#pragma unroll
-                for (int i = 0; i < S::kMyPairsQK; ++i) {
-                    const int pair = wc + i * T::kColSplit;
-                    if (pair < S::kPairsQK) {
-                        u32 b0, b1, b2, b3;
-                        ptx::ldsm_x4_t(ptx::smem_u32(sQ + at_qk(kk * 16 + a_row, pair * 16 + a_col)), b0, b1, b2, b3);
-                        ptx::mma<T::kBF16>(acc_dk[2 * i], a, b0, b1);
-                        ptx::mma<T::kBF16>(acc_dk[2 * i + 1], a, b2, b3);
-                    }
+                ptx::bulk_reduce_add_f32(acc_tile, ptx::smem_u32(sdQ), 4 * T::kBlockM * S::kDqStride);
+                ptx::bulk_commit();
+                if (p.deterministic) {
+                    ptx::bulk_wait<0>();  // the additions are done before the turn is passed on
+                    __threadfence();
+                    atomicAdd(turn, 1);
                 }
             }
-
-            // dQ += dS K for 16 query rows x this warp's column pairs, into the fp32 accumulator.
-            float dq[S::kDqPairs * 2][4];
-#pragma unroll
-            for (int i = 0; i < S::kDqPairs * 2; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dq[i][e] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-                u32 a[4];
-                ptx::ldsm_x4(ptx::smem_u32(sdS + (wm * 16 + a_row) * S::kStrideN + kk * 16 + a_col), a[0], a[1], a[2],
-                             a[3]);
-#pragma unroll
-                for (int i = 0; i < S::kDqPairs; ++i) {
-                    const int pair = wn + i * S::kColWarps;
-                    if (pair < S::kPairsQK) {
-                        u32 b0, b1, b2, b3;
-                        ptx::ldsm_x4_t(ptx::smem_u32(sK + at_qk(kk * 16 + a_row, pair * 16 + a_col)), b0, b1, b2, b3);
-                        ptx::mma<T::kBF16>(dq[2 * i], a, b0, b1);
-                        ptx::mma<T::kBF16>(dq[2 * i + 1], a, b2, b3);
-                    }
-                }
-            }
-            int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
+        } else {
             if (p.deterministic) {
-                // Key blocks add in their order: block n waits until blocks 0..n-1 of this query block have added.
-                // Those that reach this query block are exactly a prefix of the key blocks (the causal mask is
-                // monotone), and lower blocks are dispatched first, so the wait always ends.
                 if (tid == 0)
-                    while (*reinterpret_cast<volatile int*>(turn) != n_block) {
+                    while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
                     }
                 __syncthreads();
                 __threadfence();
             }
-            float* acc = p.dq_accum + (ws_head + r_lo) * T::kPadQK;
 #pragma unroll
-            for (int i = 0; i < S::kDqPairs; ++i) {
-                const int pair = wn + i * S::kColWarps;
-                if (pair < S::kPairsQK) {
+            for (int mi = 0; mi < kDqMI; ++mi)
 #pragma unroll
-                    for (int half = 0; half < 2; ++half) {
-                        const int c = pair * 16 + half * 8 + t2;
-                        const float* v = dq[2 * i + half];
-                        if (c < T::kHeadDimQK) {
-                            atomicAdd(acc + c, v[0]);
-                            atomicAdd(acc + 8 * T::kPadQK + c, v[2]);
+                for (int j = 0; j < S::kDqPairs; ++j) {
+                    const int pair = qd + j * S::kDqWarpsD;
+                    if (pair < S::kPairsQK)
+#pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            const int c = pair * 16 + half * 8 + t2;
+                            const float* v = dq[mi][2 * j + half];
+                            float* row = acc_tile + (qm * S::kDqM + 16 * mi + g) * S::kDqStride;
+                            if (c < T::kHeadDimQK) {
+                                atomicAdd(row + c, v[0]);
+                                atomicAdd(row + 8 * S::kDqStride + c, v[2]);
+                            }
+                            if (c + 1 < T::kHeadDimQK) {
+                                atomicAdd(row + c + 1, v[1]);
+                                atomicAdd(row + 8 * S::kDqStride + c + 1, v[3]);
+                            }
                         }
-                        if (c + 1 < T::kHeadDimQK) {
-                            atomicAdd(acc + c + 1, v[1]);
-                            atomicAdd(acc + 8 * T::kPadQK + c + 1, v[3]);
-                        }
-                    }
                 }
-            }
             if (p.deterministic) {
                 __threadfence();  // this CTA's additions are visible before its turn is passed on
                 __syncthreads();
@@ -363,40 +404,44 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
             }
         }
     }
+    if constexpr (T::kBulkDQ) {
+        if (tid == 0) ptx::bulk_wait_read<0>();  // shared memory must outlive the last reduction's read
+    }
 
-    // dK (scaled) and dV for this warp's 16 keys, to the caller's layout: rows below seqlen_k, real columns.
-    const int key_lo = n0 + wr * 16 + g;
+    // dK (scaled) and dV for this warp's keys, to the caller's layout: rows below seqlen_k, real columns.
     u16* dk = static_cast<u16*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
     u16* dv = static_cast<u16*>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
 #pragma unroll
-    for (int half_row = 0; half_row < 2; ++half_row) {
-        const int key = key_lo + half_row * 8;
-        if (key >= seqlen_k) continue;
-        u16* dk_row = dk + key * p.dk_seq_stride;
-        u16* dv_row = dv + key * p.dv_seq_stride;
+    for (int mi = 0; mi < kDkvMI; ++mi)
 #pragma unroll
-        for (int i = 0; i < S::kMyPairsQK; ++i) {
-            const int pair = wc + i * T::kColSplit;
-            if (pair < S::kPairsQK)
+        for (int half_row = 0; half_row < 2; ++half_row) {
+            const int key = n0 + kn * S::kDkvN + 16 * mi + g + 8 * half_row;
+            if (key >= seqlen_k) continue;
+            u16* dk_row = dk + key * p.dk_seq_stride;
+            u16* dv_row = dv + key * p.dv_seq_stride;
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const float* v = acc_dk[2 * i + half] + 2 * half_row;
-                    detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, pair * 16 + half * 8 + t2,
-                                                                          v[0] * p.scale, v[1] * p.scale);
-                }
+            for (int j = 0; j < S::kMyPairsQK; ++j) {
+                const int pair = kd + j * S::kDkvWarpsD;
+                if (pair < S::kPairsQK)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const float* v = acc_dk[mi][2 * j + half] + 2 * half_row;
+                        detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, pair * 16 + half * 8 + t2,
+                                                                              v[0] * p.scale, v[1] * p.scale);
+                    }
+            }
+#pragma unroll
+            for (int j = 0; j < S::kMyPairsV; ++j) {
+                const int pair = kd + j * S::kDkvWarpsD;
+                if (pair < S::kPairsV)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const float* v = acc_dv[mi][2 * j + half] + 2 * half_row;
+                        detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, pair * 16 + half * 8 + t2, v[0],
+                                                                            v[1]);
+                    }
+            }
         }
-#pragma unroll
-        for (int i = 0; i < S::kMyPairsV; ++i) {
-            const int pair = wc + i * T::kColSplit;
-            if (pair < S::kPairsV)
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const float* v = acc_dv[2 * i + half] + 2 * half_row;
-                    detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, pair * 16 + half * 8 + t2, v[0],
-                                                                        v[1]);
-                }
-        }
-    }
 }
 
 }  // namespace rtattn

@@ -72,10 +72,19 @@ RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, i
            8 * kv_ring_barriers(stages);
 }
 
-// mma.sync backward (bwd/mma.cuh): K and V tiles of block_n keys, Q and dO tiles of block_m queries, and the P and
-// dS tiles (block_m x block_n) the transposed GEMMs read; every tile in padded rows.
-RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n) {
-    return 2 * ((block_n + block_m) * (padded_row(pad_qk) + padded_row(pad_v)) + 2 * block_m * padded_row(block_n));
+// The backward's fp32 dQ rows (workspace accumulator and shared staging tile) are pad_qk + 8 floats apart: a stride
+// of 8 or 24 modulo 32 banks lets the 16 lanes of a half-warp store their float2 fragment pieces (4 rows x 4 column
+// pairs) into 32 different banks.
+RTATTN_GEOMETRY int bwd_dq_stride(int pad_qk) { return pad_qk + 8; }
+
+// mma.sync backward (bwd/mma.cuh): the fp32 dQ staging tile when dQ leaves by bulk reduction; K and V tiles of
+// block_n keys; `stages` buffers of the Q and dO tiles (block_m queries) with their rows' LSE and D (fp32); the P and
+// dS tiles (block_m x block_n) the transposed GEMMs read. Every 16-bit tile in padded rows.
+RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool bulk_dq) {
+    return (bulk_dq ? 4 * block_m * bwd_dq_stride(pad_qk) : 0) +
+           2 * ((block_n + stages * block_m) * (padded_row(pad_qk) + padded_row(pad_v)) +
+                2 * block_m * padded_row(block_n)) +
+           8 * stages * block_m;
 }
 
 }  // namespace geometry

@@ -32,10 +32,12 @@ struct BwdParams {
     const void* o;
     const void* dout;
     const float* lse;      // the forward's LSE, [batch, heads_q, seqlen_q], natural log; +inf for keyless rows
+    const float* dlse;     // null, or the loss's gradient with respect to the LSE (same layout)
     void* dq;
     void* dk;
     void* dv;
-    float* dq_accum;       // [batch, heads_q, m_pad, pad_qk] fp32: dQ summed over key blocks (zeroed by preprocess)
+    float* dq_accum;       // [batch, heads_q, m_pad, bwd_dq_stride(pad_qk)] fp32: dQ summed over key blocks (zeroed by
+                           // preprocess)
     float* lse2;           // [batch, heads_q, m_pad]: LSE * log2(e); +inf past seqlen_q, so those rows get P = 0
     float* delta;          // [batch, heads_q, m_pad]: D = rowsum(dO * O); 0 past seqlen_q
     int* dq_sem;           // [batch, heads_q, m_pad / kBlockM]: deterministic mode's turn counters

@@ -125,6 +125,29 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const void* map, int c0, in
         : "memory");
 }
 
+// Bulk reduction (sm_90): adds `bytes` of fp32 from shared memory into global memory, element by element, in one
+// asynchronous operation; the source must stay untouched until bulk_wait_read says it has been read. 16-byte
+// aligned addresses, a multiple of 16 bytes.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most kPending bulk groups of this thread are still reading their source / not yet complete.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (bulk copies, wgmma).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Named barriers (id 0 is __syncthreads): `count` threads, a multiple of 32, take part.
 __device__ __forceinline__ void bar_sync(u32 id, u32 count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");

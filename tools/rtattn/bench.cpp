@@ -54,10 +54,14 @@ std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed
 }
 
 struct BufferSet {
-    driver::DeviceBuffer q, k, v, o;
+    driver::DeviceBuffer q, k, v, o, lse;
+    driver::DeviceBuffer dout, dq, dk, dv, workspace;  // backward only
 };
 
-int heads_for(int d, const BenchOptions& o) { return d == 132 ? 16 : std::max(1, o.hidden / d); }
+int heads_for(int d, const BenchOptions& o) {
+    if (o.heads > 0) return o.heads;
+    return d == 132 ? 16 : std::max(1, o.hidden / d);
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -71,8 +75,10 @@ struct Case {
     std::string dtype;
     AttentionConfig config;
     Kernel kernel;
+    BackwardKernel backward;  // set when timing the backward
     BufferSet sets[2];
     ForwardArgs args[2];
+    BackwardArgs bargs[2];
     std::vector<double> ms;
     int launches = 0;
 };
@@ -89,7 +95,9 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
     c.config.num_heads_kv = std::max(1, c.H / o.gqa);
     if (c.H % c.config.num_heads_kv) c.config.num_heads_kv = c.H;
     c.B = std::max(1, o.tokens / S);
+    if (!o.arch.empty()) c.config.arch = o.arch;
     c.kernel = rt.get(c.config);
+    if (o.backward) c.backward = rt.get_backward(c.config);
     const int H = c.H, Hkv = c.config.num_heads_kv, B = c.B;
 
     const std::size_t nq = std::size_t(B) * S * H * d, nkv = std::size_t(B) * S * Hkv * d;
@@ -111,6 +119,27 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         a.o = ForwardArgs::contiguous(s.o.get(), S, H, d);
         a.batch = B;
         a.seqlen_q = a.seqlen_k = S;
+        if (!o.backward) continue;
+        // The backward reads the forward's O and LSE: run it once on this set.
+        s.lse = driver::DeviceBuffer(std::size_t(B) * H * S * 4);
+        a.lse = static_cast<float*>(s.lse.get());
+        c.kernel.forward(a);
+        s.dout = driver::DeviceBuffer(nq * 2);
+        s.dout.upload(host.data() + 49 + i, nq * 2);
+        s.dq = driver::DeviceBuffer(nq * 2);
+        s.dk = driver::DeviceBuffer(nkv * 2);
+        s.dv = driver::DeviceBuffer(nkv * 2);
+        BackwardArgs& b = c.bargs[i];
+        b.q = a.q, b.k = a.k, b.v = a.v, b.o = a.o, b.lse = a.lse;
+        b.dout = ForwardArgs::contiguous(s.dout.get(), S, H, d);
+        b.dq = ForwardArgs::contiguous(s.dq.get(), S, H, d);
+        b.dk = ForwardArgs::contiguous(s.dk.get(), S, Hkv, d);
+        b.dv = ForwardArgs::contiguous(s.dv.get(), S, Hkv, d);
+        b.batch = B, b.seqlen_q = b.seqlen_k = S;
+        b.workspace_bytes = c.backward.workspace_bytes(B, S, S);
+        s.workspace = driver::DeviceBuffer(b.workspace_bytes);
+        b.workspace = s.workspace.get();
+        b.deterministic = o.deterministic;
     }
     return cs;
 }
@@ -128,10 +157,14 @@ struct Timer {
     }
     // One launch on the next input set; `timed` records its device time.
     void launch(Case& c, bool timed) {
-        const ForwardArgs& a = c.args[c.launches++ % 2];
-        if (!timed) return c.kernel.forward(a, stream.get());
+        const int set = c.launches++ % 2;
+        auto run = [&] {
+            if (c.backward) c.backward.backward(c.bargs[set], stream.get());
+            else c.kernel.forward(c.args[set], stream.get());
+        };
+        if (!timed) return run();
         check(api().cuEventRecord(e0, stream.get()), "cuEventRecord");
-        c.kernel.forward(a, stream.get());
+        run();
         check(api().cuEventRecord(e1, stream.get()), "cuEventRecord");
         check(api().cuEventSynchronize(e1), "cuEventSynchronize");
         float t = 0;
@@ -142,12 +175,15 @@ struct Timer {
 
 nlohmann::ordered_json result(const Case& c) {
     const double t = median(c.ms);
-    const double flops = 4.0 * c.B * c.H * double(c.S) * c.S * c.d / (c.causal ? 2 : 1);
-    const auto& info = c.kernel.info();
+    const double flops = 4.0 * c.B * c.H * double(c.S) * c.S * c.d / (c.causal ? 2 : 1) * (c.backward ? 2.5 : 1);
+    const auto& info = c.backward ? c.backward.info() : c.kernel.info();
     nlohmann::ordered_json j;
     j["d"] = c.d, j["S"] = c.S, j["B"] = c.B, j["H"] = c.H, j["H_kv"] = c.config.num_heads_kv;
     j["causal"] = c.causal;
     j["dtype"] = c.dtype;
+    j["pass"] = c.backward ? "backward" : "forward";
+    if (c.backward) j["deterministic"] = c.bargs[0].deterministic;
+    j["arch"] = info.arch;
     j["ms"] = t;
     j["tflops"] = flops / (t * 1e-3) / 1e12;
     j["registers"] = figure_json(info.registers);
@@ -185,8 +221,10 @@ int run_throughput(const BenchOptions& o) {
     std::FILE* table = o.json ? stderr : stdout;
     Runtime rt(o.runtime);
     const auto dev = driver::current_device();
-    fmt::print(table, "# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}{}\n", dev.name, dev.arch(), dev.sms,
-               dev.driver_version, version(), o.interleave ? ", shapes interleaved launch by launch" : "");
+    fmt::print(table, "# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}; {}{}{}{}\n", dev.name, dev.arch(), dev.sms,
+               dev.driver_version, version(), o.backward ? "backward alone (FLOPs 2.5x forward)" : "forward",
+               o.backward && o.deterministic ? ", deterministic" : "", o.arch.empty() ? "" : ", kernels for " + o.arch,
+               o.interleave ? ", shapes interleaved launch by launch" : "");
     fmt::print(table, "{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
                "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -272,19 +310,23 @@ int run_bench(const BenchOptions& o) { return o.latency ? run_latency(o) : run_t
 void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     auto o = std::make_shared<BenchOptions>();
     auto causal = std::make_shared<std::string>("both");
-    auto* cmd = app.add_subcommand("bench", "forward TFLOPS over a shape grid (needs a GPU), or JIT latency");
+    auto* cmd = app.add_subcommand("bench", "forward or backward TFLOPS over a shape grid (needs a GPU), or JIT latency");
     cmd->add_option("--head-dim", o->head_dims, "head dims (comma-separated list)")->delimiter(',')->type_name("D");
     cmd->add_option("--seqlens", o->seqlens, "sequence lengths; batch = tokens / seqlen")->delimiter(',');
     cmd->add_option("--dtype", o->dtypes, "bf16, fp16")->delimiter(',');
     cmd->add_option("--causal", *causal, "true, false or both (default both)")
         ->check(CLI::IsMember({"true", "false", "both"}));
     cmd->add_option("--gqa", o->gqa, "q heads per kv head (default 1)")->check(CLI::Range(1, 64));
+    cmd->add_option("--heads", o->heads, "query heads (default: 2048 / head_dim, 16 for d132)")->check(CLI::Range(1, 1024));
     cmd->add_option("--tokens", o->tokens, "batch * seqlen (default 16384)")->check(CLI::Range(1, 1 << 24));
     cmd->add_option("--reps", o->reps, "timed runs; the median is reported (default 30)")->check(CLI::Range(1, 10000));
     cmd->add_flag("--json", o->json, "print the results as JSON on stdout (the table goes to stderr)");
     cmd->add_option("--json-out", o->json_out, "also write the JSON results to this file")->type_name("FILE");
     cmd->add_flag("--interleave", o->interleave,
                   "prepare every shape first, then launch them round-robin (ratios between shapes)");
+    cmd->add_flag("--backward", o->backward, "time the backward pass alone (dQ, dK, dV; FLOPs 2.5x the forward's)");
+    cmd->add_flag("--deterministic", o->deterministic, "with --backward: bitwise-reproducible gradients");
+    cmd->add_option("--arch", o->arch, "compile for this arch instead of the GPU's (sm_90 on Hopper: the mma.sync path)");
     cmd->add_flag("--latency", o->latency, "JIT latency instead: cold compile, disk hit (fresh Runtime), in-memory hit");
     cmd->callback([&action, &g, o, causal] {
         action = [&g, o, causal] {

@@ -1,4 +1,4 @@
-// `rtattn bench`: forward TFLOPS over a grid of shapes, and JIT latency figures.
+// `rtattn bench`: forward or backward TFLOPS over a grid of shapes, and JIT latency figures.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,6 +15,7 @@ struct BenchOptions {
     int gqa = 1;               // q heads per kv head
     int tokens = 16384;        // batch * seqlen (FlashAttention's benchmark convention)
     int hidden = 2048;         // heads * head_dim, approximately
+    int heads = 0;             // query heads; 0: hidden / head_dim (16 for d132, as the peers' script)
     int warmup = 5;
     int reps = 30;             // median of these
     bool json = false;         // results as JSON on stdout (the table goes to stderr)
@@ -22,6 +23,9 @@ struct BenchOptions {
     RuntimeOptions runtime;    // cache dir, trust, log level: from the global flags
     bool latency = false;      // JIT latency mode instead of throughput
     bool interleave = false;   // launch the shapes round-robin instead of one after another
+    bool backward = false;     // time the backward pass alone (FLOPs 2.5x the forward's)
+    bool deterministic = false;  // backward: the deterministic dQ order
+    std::string arch;          // pin the kernels' arch (e.g. sm_90 for the mma.sync path on Hopper); empty: the GPU's
 };
 
 // Returns a process exit code; prints a table to stdout.

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 struct RenderArgs {
     ConfigFlagOptions config;
     bool verbose = false;
+    bool backward = false;
     std::string out_dir, cubin;
 };
 
@@ -27,6 +28,16 @@ struct RenderArgs {
 std::shared_ptr<const Resolved> resolve_one(const GlobalOptions& g, const AttentionConfig& c) {
     return Resolver(plan_options(runtime_options(g))).resolve(c);
 }
+std::shared_ptr<const ResolvedBackward> resolve_backward_one(const GlobalOptions& g, const AttentionConfig& c) {
+    return Resolver(plan_options(runtime_options(g))).resolve_backward(c);
+}
+
+// What render needs of a forward or backward resolution.
+struct RenderTarget {
+    AttentionConfig config;
+    render::RenderedSource source;
+    int smem_bytes = 0;
+};
 
 void write_file(const fs::path& p, const std::string& text) {
     std::error_code ec;
@@ -37,7 +48,7 @@ void write_file(const fs::path& p, const std::string& text) {
 }
 
 // The stub and every header as files, laid out as the stub includes them: `nvcc -I DIR` compiles them as they are.
-int write_sources(const Resolved& r, const std::string& dir) {
+int write_sources(const RenderTarget& r, const std::string& dir) {
     const fs::path root(dir);
     write_file(root / r.source.name, r.source.stub);
     for (const auto& h : *r.source.headers) write_file(root / h.name, h.text);
@@ -47,7 +58,16 @@ int write_sources(const Resolved& r, const std::string& dir) {
 }
 
 int render(const GlobalOptions& g, const RenderArgs& a) {
-    const auto r = resolve_one(g, single_config(a.config.get()));
+    const AttentionConfig config = single_config(a.config.get());
+    RenderTarget target;
+    if (a.backward) {
+        const auto b = resolve_backward_one(g, config);
+        target = {b->config, b->source, b->plan.smem_bytes};
+    } else {
+        const auto f = resolve_one(g, config);
+        target = {f->config, f->source, f->plan.smem_bytes};
+    }
+    const RenderTarget* r = &target;
     if (!a.out_dir.empty()) return write_sources(*r, a.out_dir);
     if (!a.cubin.empty()) {  // for cuobjdump, or tools/bench/cubin_code.py comparing two builds
         const auto out = compile::compile(r->source, r->config.arch);
@@ -65,7 +85,7 @@ int render(const GlobalOptions& g, const RenderArgs& a) {
                "// barriers: {}\n// shared memory: {} bytes (dynamic)\n// compile: {:.3f} s (NVRTC {}, {} bytes of "
                "cubin)\n// options: {}\n",
                figure(p.registers), figure(p.spill_store_bytes), figure(p.spill_load_bytes), figure(p.stack_bytes),
-               figure(p.barriers), r->plan.smem_bytes, out.seconds, compile::nvrtc_version(), out.cubin.size(),
+               figure(p.barriers), r->smem_bytes, out.seconds, compile::nvrtc_version(), out.cubin.size(),
                out.options);
     if (p.registers < 0) {
         std::string log = out.log.empty() ? "(empty)" : out.log;
@@ -180,6 +200,7 @@ void add_inspect_commands(CLI::App& app, const GlobalOptions& g, Action& action)
                          "also compile with NVRTC and report registers, spills, stack, barriers, shared memory, time");
     render_cmd->add_option("--out-dir", r->out_dir, "write the stub and its headers as files nvcc compiles as they are")
         ->type_name("DIR");
+    render_cmd->add_flag("--backward", r->backward, "the backward kernels (preprocess, main, postprocess) instead");
     render_cmd->add_option("--cubin", r->cubin, "compile with NVRTC and write the cubin to FILE")->type_name("FILE");
     render_cmd->callback([&action, &g, r] { action = [&g, r] { return render(g, *r); }; });
 
