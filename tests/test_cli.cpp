@@ -91,6 +91,19 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
         CHECK(t.out.find("vector width: 4 elements") != std::string::npos);
         CHECK(t.out.find("runtime stats") == std::string::npos);  // a fresh process has none worth showing
     }
+
+    SECTION("and the backward plan with its workspace per query token") {
+        const json b = cli.json_of("info --json --head-dim 132 --heads-q 8 --heads-kv 2 --arch sm_80")["backward"];
+        CHECK(b["plan"]["family"] == "bwd_mma");
+        CHECK(b["plan"]["pad_qk"] == 144);
+        CHECK(b["plan"]["bulk_dq"] == false);  // sm_80 has no bulk reduction
+        CHECK(b["key"].get<std::string>().size() == 64);
+        // 8 heads x (fp32 dQ row of 144 + 8 floats, LSE and D): about 8 * (4 * 152 + 8) bytes per query token.
+        CHECK(b["workspace_bytes_per_query_token"].get<double>() == Approx(8 * (4 * 152 + 8)).epsilon(0.01));
+        const Result t = cli("info --head-dim 132 --arch sm_90");
+        CHECK(t.out.find("backward plan:") != std::string::npos);
+        CHECK(t.out.find("dQ by bulk reduction") != std::string::npos);
+    }
 }
 
 TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that a GPU is needed", "[cli]") {

@@ -60,11 +60,12 @@ def _check(q, k, v, causal, softmax_scale) -> None:
         raise ArgumentError(f"softmax_scale: {softmax_scale!r} is not a finite number > 0", "softmax_scale")
 
 
-def _kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
-            scale: Optional[float]) -> _api.Kernel:
+def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
+            scale: Optional[float]):
+    """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime."""
     runtime = _api._default or _api.default_runtime()
     kernels = runtime.__dict__.setdefault("_torch_kernels", {})
-    key = (device.index, dtype, d, dv, hq, hkv, causal, scale)
+    key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale)
     kernel = kernels.get(key)
     if kernel is None:
         with _lock:
@@ -73,24 +74,16 @@ def _kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, cau
                 # arch "" = the current device: the caller made q's device current.
                 config = _api.AttentionConfig(head_dim_qk=d, head_dim_v=dv, dtype=_DTYPES[dtype], causal=causal,
                                               num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale)
-                kernel = kernels[key] = runtime.get(config)
+                kernel = kernels[key] = getattr(runtime, kind)(config)
     return kernel
 
 
-def _backward_kernel(device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
-                     scale: Optional[float]) -> _api.BackwardKernel:
-    runtime = _api._default or _api.default_runtime()
-    kernels = runtime.__dict__.setdefault("_torch_backward_kernels", {})
-    key = (device.index, dtype, d, dv, hq, hkv, causal, scale)
-    kernel = kernels.get(key)
-    if kernel is None:
-        with _lock:
-            kernel = kernels.get(key)
-            if kernel is None:
-                config = _api.AttentionConfig(head_dim_qk=d, head_dim_v=dv, dtype=_DTYPES[dtype], causal=causal,
-                                              num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale)
-                kernel = kernels[key] = runtime.get_backward(config)
-    return kernel
+def _kernel(*config) -> _api.Kernel:
+    return _cached("get", *config)
+
+
+def _backward_kernel(*config) -> _api.BackwardKernel:
+    return _cached("get_backward", *config)
 
 
 def _tensor(x: torch.Tensor) -> "_lib.Tensor":

@@ -136,6 +136,34 @@ json plan_info_json(const Resolved& r, const cache::DiskCache& disk) {
     return j;
 }
 
+// The backward plan, and the workspace a call needs per query token (for heads_q of the config).
+json backward_info_json(const ResolvedBackward& r, const cache::DiskCache& disk) {
+    std::error_code ec;
+    json j;
+    j["plan"] = json::parse(plan::backward_plan_json(r.plan));
+    j["kernel"] = r.plan.kernel();
+    j["key"] = r.key;
+    j["cached"] = fs::is_regular_file(fs::symlink_status(disk.entry_path(r.key), ec));
+    const int tokens = 1 << 16;  // large enough that the per-block rounding and alignment vanish
+    j["workspace_bytes_per_query_token"] =
+        double(r.plan.workspace(1, r.config.num_heads_q, tokens).bytes) / double(tokens);
+    return j;
+}
+
+void print_backward_text(const json& b) {
+    const json& p = b["plan"];
+    fmt::print("backward plan:\n");
+    fmt::print("  kernel: {} ({})\n", b["kernel"].get<std::string>(), p["family"].get<std::string>());
+    fmt::print("  head dims padded: qk {}, v {}\n", p["pad_qk"].get<int>(), p["pad_v"].get<int>());
+    fmt::print("  tiles: {} query rows x {} keys per CTA, {} warps, {} Q/dO buffer(s)\n", p["block_m"].get<int>(),
+               p["block_n"].get<int>(), p["warps"].get<int>(), p["stages"].get<int>());
+    fmt::print("  shared memory: {} bytes\n", p["smem_bytes"].get<int>());
+    fmt::print("  workspace: {:.1f} bytes per query token (batch x seqlen_q of them)\n",
+               b["workspace_bytes_per_query_token"].get<double>());
+    fmt::print("  reason: {}\n", p["reason"].get<std::string>());
+    fmt::print("  cache key: {} ({})\n", b["key"].get<std::string>(), b["cached"].get<bool>() ? "cached" : "not cached");
+}
+
 void print_info_text(const json& j) {
     fmt::print("rtattn {}\nNVRTC {}\n", j["version"].get<std::string>(), j["nvrtc"].get<std::string>());
     const json& d = j["device"];
@@ -172,6 +200,7 @@ void print_info_text(const json& j) {
     fmt::print("  reason: {}\n", p["reason"].get<std::string>());
     fmt::print("  cache key: {} ({})\n", info["key"].get<std::string>(),
                info["cached"].get<bool>() ? "cached" : "not cached");
+    if (j.contains("backward")) print_backward_text(j["backward"]);
 }
 
 int info(const GlobalOptions& g, const tool::ConfigFlags& flags, bool as_json) {
@@ -181,8 +210,11 @@ int info(const GlobalOptions& g, const tool::ConfigFlags& flags, bool as_json) {
     j["device"] = device_json();
     const auto disk = open_disk_cache(g);
     j["cache"] = cache_json(*disk);
-    if (flags.any_shape_flag() || !flags.archs.empty())
-        j["plan"] = plan_info_json(*resolve_one(g, single_config(flags)), *disk);
+    if (flags.any_shape_flag() || !flags.archs.empty()) {
+        const AttentionConfig config = single_config(flags);
+        j["plan"] = plan_info_json(*resolve_one(g, config), *disk);
+        j["backward"] = backward_info_json(*resolve_backward_one(g, config), *disk);
+    }
     if (as_json)
         fmt::print("{}\n", dump(std::move(j)));
     else
