@@ -57,6 +57,15 @@ double dp(const DenseProblem& p, int b, int h, int i, int j) {
     return dot(&p.dout[p.o_index(b, i, h, 0)], &p.v[p.v_index(b, j, kvh, 0)], p.head_dim_v);
 }
 
+// Row i's scaled scores against its n visible keys into s[0..n) and their log-sum-exp (n > 0): the one softmax of
+// the forward, LSE and backward references.
+double row_lse(const DenseProblem& p, int b, int h, int i, int n, std::vector<double>& s) {
+    double mx = -kInf, sum = 0;
+    for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
+    for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
+    return mx + std::log(sum);
+}
+
 }  // namespace
 
 std::vector<double> dense_lse(const DenseProblem& p) {
@@ -66,11 +75,7 @@ std::vector<double> dense_lse(const DenseProblem& p) {
         for (int h = 0; h < p.heads_q; ++h)
             for (int i = 0; i < p.seqlen_q; ++i) {
                 const int n = p.visible(i);
-                if (n == 0) continue;
-                double mx = -kInf, sum = 0;
-                for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
-                for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
-                out[(std::size_t(b) * p.heads_q + h) * p.seqlen_q + i] = mx + std::log(sum);
+                if (n > 0) out[(std::size_t(b) * p.heads_q + h) * p.seqlen_q + i] = row_lse(p, b, h, i, n, s);
             }
     return out;
 }
@@ -84,12 +89,10 @@ std::vector<double> dense_forward(const DenseProblem& p) {
             for (int i = 0; i < p.seqlen_q; ++i) {
                 const int n = p.visible(i);
                 if (n == 0) continue;
-                double mx = -kInf, sum = 0;
-                for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
-                for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+                const double lse = row_lse(p, b, h, i, n, s);
                 for (int j = 0; j < n; ++j)
                     for (int d = 0; d < p.head_dim_v; ++d)
-                        o[p.o_index(b, i, h, d)] += s[j] / sum * p.v[p.v_index(b, j, h / group, d)];
+                        o[p.o_index(b, i, h, d)] += std::exp(s[j] - lse) * p.v[p.v_index(b, j, h / group, d)];
             }
     return o;
 }
@@ -112,10 +115,7 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         const int n = p.visible(i);
         if (n == 0) return;  // lse +inf, D 0, dQ row 0
         std::vector<double> s(n), pr(n), dpr(n);
-        double mx = -kInf, sum = 0;
-        for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
-        for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
-        const double lse = mx + std::log(sum);
+        const double lse = row_lse(p, b, h, i, n, s);
         double delta = 0;
         for (int j = 0; j < n; ++j) {
             pr[j] = std::exp(s[j] - lse);

@@ -10,6 +10,7 @@
 #include "core/errors.hpp"
 #include "kernels/backward.hpp"
 #include "plan/backward.hpp"
+#include "plan/plan.hpp"
 
 namespace rtattn::plan {
 
@@ -78,12 +79,6 @@ void apply_tile_override(BackwardPlan& p, const std::string& text, bool arch_bul
     p.reason = fmt::format("RTATTN_BWD_TILE={} (a tuning override, not the table)", text);
 }
 
-int vec_for(int d) {
-    for (int v : {8, 4, 2})
-        if (d % v == 0) return v;
-    return 1;
-}
-
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
@@ -100,8 +95,8 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
     p.bf16 = c.dtype == Dtype::bf16;
     p.causal = c.causal;
     p.arch = c.arch;
-    p.vec_qk = vec_for(p.head_dim_qk);
-    p.vec_v = vec_for(p.head_dim_v);
+    p.vec_qk = vector_width(p.head_dim_qk);
+    p.vec_v = vector_width(p.head_dim_v);
     const int pad = std::max(p.pad_qk, p.pad_v);
     for (const BwdTileRow& row : kBwdTiles) {
         const kernels::BackwardFamily& f = row.family();

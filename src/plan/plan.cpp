@@ -12,13 +12,13 @@
 
 namespace rtattn::plan {
 
-namespace {
-
-int vec_for(int d) {
+int vector_width(int d) {
     for (int v : {8, 4, 2})
         if (d % v == 0) return v;
     return 1;
 }
+
+namespace {
 
 }  // namespace
 
@@ -35,8 +35,8 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     p.bf16 = c.dtype == Dtype::bf16;
     p.causal = c.causal;
     p.arch = c.arch;
-    p.vec_qk = vec_for(p.head_dim_qk);
-    p.vec_v = vec_for(p.head_dim_v);
+    p.vec_qk = vector_width(p.head_dim_qk);
+    p.vec_v = vector_width(p.head_dim_v);
     choose_forward_tile(p, ai);
     if (!options.tile_override.empty()) apply_tile_override(p, options.tile_override, options.tile_field);
     p.family->settle(p);

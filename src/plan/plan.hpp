@@ -55,6 +55,10 @@ struct PlanOptions {
     std::string backward_tile_override;
 };
 
+// Elements per global vector access for rows of `head_dim` 16-bit elements (8, 4, 2 or 1: the largest that divides
+// it): what pointers and strides must be multiples of, for the forward and the backward alike.
+int vector_width(int head_dim);
+
 // Validates the config (its one check per resolve) and plans it; config.arch must be non-empty (the Runtime resolves
 // "current device" first). Throws ConfigError when the config is invalid or the plan cannot serve it: support and
 // dispatch are one function.
