@@ -255,6 +255,29 @@ TEST_CASE("rtattn precompile --cache-only on an empty cache names the missing co
     CHECK(cli.json_of("ls --json")["entries"].empty());  // cache-only never compiles
 }
 
+TEST_CASE("rtattn precompile --pass builds backward kernels, and --cache-only checks them", "[cli]") {
+    const Cli cli;
+    const json j = cli.json_of("precompile --head-dim 80 --dtype bf16 --causal true --arch sm_80 --pass both --json");
+    REQUIRE(j["total"] == 2);
+    CHECK(j["compiled"] == 2);
+    CHECK(j["configs"][0]["pass"] == "forward");
+    CHECK(j["configs"][1]["pass"] == "backward");
+    CHECK(j["configs"][1]["describe"].get<std::string>().find("(backward)") != std::string::npos);
+    CHECK(j["configs"][0]["key"] != j["configs"][1]["key"]);
+    CHECK(cli.json_of("ls --json")["entries"].size() == 2);
+    // The backward set is cached, and a forward-only check of another config still reports it missing.
+    const json again = cli.json_of("precompile --head-dim 80 --dtype bf16 --causal true --arch sm_80 --pass backward "
+                                   "--cache-only --json");
+    CHECK(again["cached"] == 1);
+    const Result missing = cli("precompile --head-dim 96 --dtype bf16 --causal true --arch sm_80 --pass backward "
+                               "--cache-only");
+    CHECK(missing.code == 1);
+    CHECK(missing.all().find("d96 bf16 causal h1:1 sm_80 (backward)") != std::string::npos);
+    const Result bad = cli("precompile --head-dim 80 --arch sm_80 --pass sideways");
+    CHECK(bad.code == 2);
+    CHECK(bad.all().find("--pass") != std::string::npos);
+}
+
 TEST_CASE("rtattn precompile --cache-only passes once everything is cached", "[cli]") {
     const Cli cli;
     REQUIRE(cli("precompile --head-dim 64 --heads-q 8 --heads-kv 2 --arch sm_80").code == 0);

@@ -64,6 +64,54 @@ TEST_CASE("manifest errors name the file, the entry and the field", "[manifest]"
     expect_error("{not json", "manifest", "e.json");
 }
 
+TEST_CASE("a manifest entry's pass asks for forward, backward or both kernels", "[manifest]") {
+    const TempDir dir("rtattn-manifest");
+    const std::string path = (dir.path() / "p.json").string();
+    std::ofstream(path) << R"({"configs": [
+        {"head_dim": [64, 128], "dtype": "bf16", "arch": "sm_80"},
+        {"head_dim": 132, "dtype": "bf16", "arch": "sm_80", "pass": "both"},
+        {"head_dim": [64, 96], "dtype": "bf16", "arch": "sm_80", "pass": ["backward"]}]})";
+    const auto m = rtattn::tool::load_manifest(path);
+    REQUIRE(m.configs.size() == 3);  // no pass: forward only, as before passes existed
+    CHECK(m.configs[2].head_dim_qk == 132);
+    REQUIRE(m.backward_configs.size() == 3);
+    CHECK(m.backward_configs[0].head_dim_qk == 132);
+    CHECK(m.backward_configs[1].head_dim_qk == 64);
+    CHECK(m.backward_configs[2].head_dim_qk == 96);
+
+    SECTION("--pass overrides every entry's pass") {
+        const auto both = rtattn::tool::load_manifest(path, {{}, {}, "both"});
+        CHECK(both.configs.size() == 4);
+        CHECK(both.backward_configs.size() == 4);
+        const auto backward = rtattn::tool::load_manifest(path, {{}, {}, "backward"});
+        CHECK(backward.configs.empty());
+        CHECK(backward.backward_configs.size() == 4);
+    }
+    SECTION("flags take a pass too") {
+        rtattn::tool::ConfigFlags f;
+        f.head_dims = {64, 132};
+        f.dtypes = {"bf16", "fp16"};
+        f.causal = "both";
+        f.archs = {"sm_80"};
+        const auto x = rtattn::tool::expand_flag_passes(f, {{}, {}, "backward"});
+        CHECK(x.forward.empty());
+        CHECK(x.backward.size() == 8);  // 2 dtypes x causal both ways
+    }
+    SECTION("a bad pass is named") {
+        for (const char* bad : {R"("bwd")", "[]", "true", R"(["forward", "sideways"])"}) {
+            std::ofstream(path) << R"({"configs": [{"head_dim": 64, "arch": "sm_80", "pass": )" << bad << "}]}";
+            try {
+                rtattn::tool::load_manifest(path);
+                FAIL("pass " << bad << " accepted");
+            } catch (const rtattn::ConfigError& e) {
+                INFO(e.what());
+                CHECK(e.field() == "pass");
+                CHECK(std::string(e.what()).find("configs[0]") != std::string::npos);
+            }
+        }
+    }
+}
+
 TEST_CASE("config flags expand like a manifest entry and errors name the flag", "[manifest]") {
     rtattn::tool::ConfigFlags f;
     f.head_dims = {64, 80, 128, 132};

@@ -32,17 +32,29 @@ using kernels::bwd_mma;
 // against the fragment registers. The first row whose pad fits and whose shared memory the arch has wins, so each
 // pad lists its rows from the most to the least shared memory.
 constexpr BwdTileRow kBwdTiles[] = {
-    {bwd_mma, 64, 64, 128, 8, 2, 4, 2, 2,
-     "d<=64: 128 keys per CTA, so Q/dO are re-read once per 128 keys; 32x32 S tiles per warp, 32 keys x half the "
-     "columns of dK/dV; the next query block loads during this one"},
-    {bwd_mma, 64, 64, 128, 8, 2, 4, 2, 1, "d<=64 on less shared memory: one Q/dO buffer"},
-    {bwd_mma, 192, 64, 64, 8, 2, 4, 2, 2,
-     "d<=192: 64 keys (128 keys spill at 255 registers), 32x16 S tiles per warp, Q/dO double-buffered (H200, sm_90, "
-     "S=16k: d132 1.21x, d192 1.20x the 32-row tile)"},
-    {bwd_mma, 128, 64, 64, 8, 2, 4, 2, 1, "d<=128 on ~100 KB (sm_86, sm_89): one Q/dO buffer"},
-    {bwd_mma, 256, 32, 64, 8, 2, 4, 2, 2,
-     "d<=256: 64 keys, 32 query rows per step (64 rows spill at 255 registers or outgrow 227 KB), Q/dO "
-     "double-buffered"},
+    {bwd_mma, 48, 128, 128, 8, 4, 2, 2, 1,
+     "d<=48: as d64 below, but dQ 64 rows x one column pair per warp (32 rows x two spill at d48) and one Q/dO "
+     "buffer, loaded during dQ (two spill at d33..47, whose scalar loads take more registers)"},
+    {bwd_mma, 64, 128, 128, 8, 4, 2, 4, 2,
+     "d<=64: 128x128 tiles, S/dP 32 rows x 64 keys per warp, dK/dV 64 keys x half the columns; the next query "
+     "block loads during this one (H200, sm_90, S=16k: 1.13x the 64x128 tile)"},
+    {bwd_mma, 64, 128, 128, 8, 4, 2, 4, 1, "d<=64 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
+    {bwd_mma, 64, 64, 128, 8, 2, 4, 2, 1, "d<=64 on ~100 KB (sm_86, sm_89): 64 query rows per step"},
+    {bwd_mma, 128, 64, 128, 8, 2, 4, 4, 2,
+     "d<=128: 128 keys per CTA (Q/dO re-read once per 128 keys), S/dP and dK/dV as FA2, dQ 16 rows per warp (32 "
+     "spill at d80..112), Q/dO double-buffered (H200, sm_90, S=16k: 1.5x the 64x64 tile)"},
+    {bwd_mma, 128, 64, 128, 8, 2, 4, 4, 1, "d<=128 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
+    {bwd_mma, 128, 64, 64, 8, 2, 4, 2, 1, "d<=128 on ~100 KB (sm_86, sm_89): 64 keys, one Q/dO buffer"},
+    {bwd_mma, 144, 64, 128, 8, 4, 8, 4, 1,
+     "d129..144 (d132): 128 keys, each warp 16 keys x all 9 column pairs of dK/dV (split in 2 the pairs leave "
+     "one warp 5 of 9 and spill); one buffer is as fast as two here (H200, sm_90, S=16k: 1.37x the 64x64 tile)"},
+    {bwd_mma, 192, 64, 64, 8, 4, 2, 2, 2,
+     "d<=192: 64x64 tiles (128 keys spill), S/dP 16 rows x 32 keys per warp, Q/dO double-buffered"},
+    {bwd_mma, 192, 64, 64, 8, 4, 2, 2, 1, "d<=192 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
+    {bwd_mma, 256, 64, 64, 8, 4, 2, 2, 1,
+     "d<=256: 64x64 tiles, one Q/dO buffer loaded during dQ (two outgrow 227 KB; H200, sm_90, S=16k: 1.23x the "
+     "32-row double-buffered tile)"},
+    {bwd_mma, 256, 32, 64, 8, 2, 4, 2, 1, "d<=256 on ~100 KB with bulk dQ staging: 32 query rows per step"},
     {bwd_mma, 256, 32, 32, 4, 2, 2, 2, 1, "d<=256 on ~100 KB of shared memory (sm_86, sm_89): 32x32 tiles, 4 warps"},
 };
 

@@ -30,8 +30,8 @@ namespace rtattn {
 //   kSdpWarpsM              S and dP: warps along the query rows (the rest split the keys)
 //   kDkvWarpsN              dK and dV: warps along the keys (the rest split the columns, 16 at a time, interleaved)
 //   kDqWarpsM               dQ: warps along the query rows (the rest split the columns as above)
-//   kStages                 Q/dO buffers: 2 loads the next step's while this one computes, 1 when shared memory
-//                           is short
+//   kStages                 Q/dO buffers: 2 loads the next step's during this one's last three GEMMs, 1 (shared
+//                           memory or registers short) loads it during dQ only
 //   kBulkDQ                 dQ leaves each step as one bulk reduction from shared memory (sm_90) instead of one
 //                           atomic add per element
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
@@ -56,6 +56,13 @@ struct BwdShape {
     static constexpr int kDqM = T::kBlockM / T::kDqWarpsM;
     static constexpr int kDqWarpsD = T::kWarps / T::kDqWarpsM;
     static constexpr int kDqPairs = (kPairsQK + kDqWarpsD - 1) / kDqWarpsD;
+    // ... computed in column chunks of at most 32 accumulator registers, so dQ never competes with dK and dV for
+    // registers (d256: 64 rows x 256 columns would be 64 per thread).
+    static constexpr int kDqPairRegs = kDqM / 16 * 8;
+    static constexpr int kDqChunkPairs = kDqPairs * kDqPairRegs <= 32 ? kDqPairs
+                                         : kDqPairRegs >= 32         ? 1
+                                                                     : 32 / kDqPairRegs;
+    static constexpr int kDqChunks = (kDqPairs + kDqChunkPairs - 1) / kDqChunkPairs;
     static constexpr int kSmemBytes = geometry::bwd_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
                                                                    T::kStages, T::kBulkDQ);
 
@@ -263,61 +270,75 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         const u32 adO = ptx::smem_u32(sdO0 + st * T::kBlockM * S::kStrideV);
         const float* sLse = sLse0 + st * T::kBlockM;
         const float* sD = sD0 + st * T::kBlockM;
-        if constexpr (T::kStages == 1) {
-            if (i > 0) {
-                __syncthreads();  // the previous step is done with Q, dO, P and dS
-                load_step(i, 0);
-                ptx::cp_async_commit();
-            }
-        }
         if constexpr (T::kBulkDQ) {
             if (tid == 0) ptx::bulk_wait_read<0>();  // the previous step's reduction has read sdQ
         }
         ptx::cp_async_wait<0>();
         __syncthreads();  // this step's tiles are in; every warp is past the previous step (its buffer is free)
+
+        // S = Q K^T, then P = exp(S * scale - LSE) (0 where masked), to shared memory for dV and kept packed in
+        // 16 bits (the value dV sees) for dS: S's fp32 registers are free before dP's are taken.
+        const bool masked = n0 + T::kBlockN > seqlen_k ||
+                            (T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+        u32 p16[kSdpMI][S::kSdpNP * 2][2];
+        {
+            float s[kSdpMI][S::kSdpNP * 2][4];
+            warp::zero(s);
+            warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false>(
+                s, aQ, S::kStrideQK, sm * S::kSdpM, aK, S::kStrideQK, sn * S::kSdpNP, 1, lane);
+#pragma unroll
+            for (int mi = 0; mi < kSdpMI; ++mi) {
+                const int r_local = sm * S::kSdpM + 16 * mi + g;
+                const float lse2[2] = {sLse[r_local], sLse[r_local + 8]};
+#pragma unroll
+                for (int nb = 0; nb < S::kSdpNP * 2; ++nb) {
+                    const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
+                    float pr[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int row = m0 + r_local + (e >= 2 ? 8 : 0), col = n0 + c_local + (e & 1);
+                        const bool hidden =
+                            masked && (col >= seqlen_k || (T::kCausal && col > row + seqlen_k - seqlen_q));
+                        pr[e] = hidden ? 0.f : ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
+                    }
+                    p16[mi][nb][0] = ptx::pack2<T::kBF16>(pr[0], pr[1]);
+                    p16[mi][nb][1] = ptx::pack2<T::kBF16>(pr[2], pr[3]);
+                    *reinterpret_cast<u32*>(sP + r_local * S::kStrideN + c_local) = p16[mi][nb][0];
+                    *reinterpret_cast<u32*>(sP + (r_local + 8) * S::kStrideN + c_local) = p16[mi][nb][1];
+                }
+            }
+        }
+
+        // dP = dO V^T, dS = P * (dP - D), to shared memory.
+        {
+            float dp[kSdpMI][S::kSdpNP * 2][4];
+            warp::zero(dp);
+            warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadV / 16, false, false>(
+                dp, adO, S::kStrideV, sm * S::kSdpM, aV, S::kStrideV, sn * S::kSdpNP, 1, lane);
+#pragma unroll
+            for (int mi = 0; mi < kSdpMI; ++mi) {
+                const int r_local = sm * S::kSdpM + 16 * mi + g;
+                const float dd[2] = {sD[r_local], sD[r_local + 8]};
+#pragma unroll
+                for (int nb = 0; nb < S::kSdpNP * 2; ++nb) {
+                    const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
+                    float ds[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        ds[e] = ptx::unpack<T::kBF16>(p16[mi][nb][e >> 1], e & 1) * (dp[mi][nb][e] - dd[e >> 1]);
+                    *reinterpret_cast<u32*>(sdS + r_local * S::kStrideN + c_local) = ptx::pack2<T::kBF16>(ds[0], ds[1]);
+                    *reinterpret_cast<u32*>(sdS + (r_local + 8) * S::kStrideN + c_local) =
+                        ptx::pack2<T::kBF16>(ds[2], ds[3]);
+                }
+            }
+        }
+        __syncthreads();
+        // The next step's tiles load during this step's last three GEMMs: issued here, after S and dP, so their
+        // addresses do not share registers with S and dP.
         if constexpr (T::kStages > 1) {
             if (i + 1 < steps) load_step(i + 1, (i + 1) % T::kStages);
             ptx::cp_async_commit();
         }
-
-        // S = Q K^T and dP = dO V^T.
-        float s[kSdpMI][S::kSdpNP * 2][4], dp[kSdpMI][S::kSdpNP * 2][4];
-        warp::zero(s);
-        warp::zero(dp);
-        warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false>(
-            s, aQ, S::kStrideQK, sm * S::kSdpM, aK, S::kStrideQK, sn * S::kSdpNP, 1, lane);
-        warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadV / 16, false, false>(
-            dp, adO, S::kStrideV, sm * S::kSdpM, aV, S::kStrideV, sn * S::kSdpNP, 1, lane);
-
-        // P = exp(S * scale - LSE) (0 where masked), dS = P * (dP - D); both to shared memory, 16-bit.
-        const bool masked = n0 + T::kBlockN > seqlen_k ||
-                            (T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q);
-#pragma unroll
-        for (int mi = 0; mi < kSdpMI; ++mi) {
-            const int r_local = sm * S::kSdpM + 16 * mi + g;
-            const float lse2[2] = {sLse[r_local], sLse[r_local + 8]};
-            const float dd[2] = {sD[r_local], sD[r_local + 8]};
-#pragma unroll
-            for (int nb = 0; nb < S::kSdpNP * 2; ++nb) {
-                const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
-                float pr[4], ds[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int row = m0 + r_local + (e >= 2 ? 8 : 0), col = n0 + c_local + (e & 1);
-                    const bool hidden =
-                        masked && (col >= seqlen_k || (T::kCausal && col > row + seqlen_k - seqlen_q));
-                    pr[e] = hidden ? 0.f : ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
-                    ds[e] = pr[e] * (dp[mi][nb][e] - dd[e >> 1]);
-                }
-                *reinterpret_cast<u32*>(sP + r_local * S::kStrideN + c_local) = ptx::pack2<T::kBF16>(pr[0], pr[1]);
-                *reinterpret_cast<u32*>(sP + (r_local + 8) * S::kStrideN + c_local) =
-                    ptx::pack2<T::kBF16>(pr[2], pr[3]);
-                *reinterpret_cast<u32*>(sdS + r_local * S::kStrideN + c_local) = ptx::pack2<T::kBF16>(ds[0], ds[1]);
-                *reinterpret_cast<u32*>(sdS + (r_local + 8) * S::kStrideN + c_local) =
-                    ptx::pack2<T::kBF16>(ds[2], ds[3]);
-            }
-        }
-        __syncthreads();
 
         // dV += P^T dO and dK += dS^T Q (P and dS read transposed: stored [query][key]), reducing over the block's
         // query rows.
@@ -326,34 +347,66 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         warp::gemm<T::kBF16, kDkvMI, S::kMyPairsQK, S::kPairsQK, T::kBlockM / 16, true, true>(
             acc_dk, adS, S::kStrideN, kn * S::kDkvN, aQ, S::kStrideQK, kd, S::kDkvWarpsD, lane);
 
-        // dQ = dS K for this warp's rows and column pairs, then added into the fp32 accumulator.
-        float dq[kDqMI][S::kDqPairs * 2][4];
-        warp::zero(dq);
-        warp::gemm<T::kBF16, kDqMI, S::kDqPairs, S::kPairsQK, T::kBlockN / 16, false, true>(
-            dq, adS, S::kStrideN, qm * S::kDqM, aK, S::kStrideQK, qd, S::kDqWarpsD, lane);
-        // Deterministic turn: the key blocks that reach this query block are 0..n_last (the causal mask is
-        // monotone; the same rule as m_begin above), and they add from n_last down.
+        // One buffer: Q, dO, LSE and D are free once every warp is past dK, so the next step's load overlaps dQ.
+        if constexpr (T::kStages == 1) {
+            __syncthreads();
+            if (i + 1 < steps) load_step(i + 1, 0);
+            ptx::cp_async_commit();
+        }
+
+        // dQ = dS K for this warp's rows and column pairs, added into the fp32 accumulator: staged in shared memory
+        // for one bulk reduction, or one atomic add per element. Deterministic turn: the key blocks that reach this
+        // query block are 0..n_last (the causal mask is monotone; the same rule as m_begin above), and they add from
+        // n_last down.
         int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
         const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
         const int n_last = T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
                                       : n_keys_last;
         const int my_turn = n_last - n_block;
         float* acc_tile = p.dq_accum + (ws_head + m0) * S::kDqStride;
-        if constexpr (T::kBulkDQ) {
+        if (!T::kBulkDQ && p.deterministic) {
+            if (tid == 0)
+                while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
+                }
+            __syncthreads();
+            __threadfence();
+        }
+#pragma unroll
+        for (int chunk = 0; chunk < S::kDqChunks; ++chunk) {
+            const int first_pair = qd + chunk * S::kDqChunkPairs * S::kDqWarpsD;
+            float dq[kDqMI][S::kDqChunkPairs * 2][4];
+            warp::zero(dq);
+            warp::gemm<T::kBF16, kDqMI, S::kDqChunkPairs, S::kPairsQK, T::kBlockN / 16, false, true>(
+                dq, adS, S::kStrideN, qm * S::kDqM, aK, S::kStrideQK, first_pair, S::kDqWarpsD, lane);
 #pragma unroll
             for (int mi = 0; mi < kDqMI; ++mi)
 #pragma unroll
-                for (int j = 0; j < S::kDqPairs; ++j) {
-                    const int pair = qd + j * S::kDqWarpsD;
+                for (int j = 0; j < S::kDqChunkPairs; ++j) {
+                    const int pair = first_pair + j * S::kDqWarpsD;
                     if (pair < S::kPairsQK)
 #pragma unroll
                         for (int half = 0; half < 2; ++half) {
+                            const int r = qm * S::kDqM + 16 * mi + g, c = pair * 16 + half * 8 + t2;
                             const float* v = dq[mi][2 * j + half];
-                            float* row = sdQ + (qm * S::kDqM + 16 * mi + g) * S::kDqStride + pair * 16 + half * 8 + t2;
-                            *reinterpret_cast<float2*>(row) = make_float2(v[0], v[1]);
-                            *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(v[2], v[3]);
+                            if constexpr (T::kBulkDQ) {
+                                *reinterpret_cast<float2*>(sdQ + r * S::kDqStride + c) = make_float2(v[0], v[1]);
+                                *reinterpret_cast<float2*>(sdQ + (r + 8) * S::kDqStride + c) =
+                                    make_float2(v[2], v[3]);
+                            } else {
+                                float* row = acc_tile + r * S::kDqStride;
+                                if (c < T::kHeadDimQK) {
+                                    atomicAdd(row + c, v[0]);
+                                    atomicAdd(row + 8 * S::kDqStride + c, v[2]);
+                                }
+                                if (c + 1 < T::kHeadDimQK) {
+                                    atomicAdd(row + c + 1, v[1]);
+                                    atomicAdd(row + 8 * S::kDqStride + c + 1, v[3]);
+                                }
+                            }
                         }
                 }
+        }
+        if constexpr (T::kBulkDQ) {
             ptx::fence_proxy_async_smem();  // the bulk copy reads through the async proxy
             __syncthreads();
             if (tid == 0) {
@@ -368,40 +421,10 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                     atomicAdd(turn, 1);
                 }
             }
-        } else {
-            if (p.deterministic) {
-                if (tid == 0)
-                    while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
-                    }
-                __syncthreads();
-                __threadfence();
-            }
-#pragma unroll
-            for (int mi = 0; mi < kDqMI; ++mi)
-#pragma unroll
-                for (int j = 0; j < S::kDqPairs; ++j) {
-                    const int pair = qd + j * S::kDqWarpsD;
-                    if (pair < S::kPairsQK)
-#pragma unroll
-                        for (int half = 0; half < 2; ++half) {
-                            const int c = pair * 16 + half * 8 + t2;
-                            const float* v = dq[mi][2 * j + half];
-                            float* row = acc_tile + (qm * S::kDqM + 16 * mi + g) * S::kDqStride;
-                            if (c < T::kHeadDimQK) {
-                                atomicAdd(row + c, v[0]);
-                                atomicAdd(row + 8 * S::kDqStride + c, v[2]);
-                            }
-                            if (c + 1 < T::kHeadDimQK) {
-                                atomicAdd(row + c + 1, v[1]);
-                                atomicAdd(row + 8 * S::kDqStride + c + 1, v[3]);
-                            }
-                        }
-                }
-            if (p.deterministic) {
-                __threadfence();  // this CTA's additions are visible before its turn is passed on
-                __syncthreads();
-                if (tid == 0) atomicAdd(turn, 1);
-            }
+        } else if (p.deterministic) {
+            __threadfence();  // this CTA's additions are visible before its turn is passed on
+            __syncthreads();
+            if (tid == 0) atomicAdd(turn, 1);
         }
     }
     if constexpr (T::kBulkDQ) {

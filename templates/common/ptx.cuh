@@ -74,6 +74,18 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
     return r;
 }
 
+// The inverse of pack2: the low (e = 0) or high (e = 1) half of a packed 16-bit pair as a float.
+template <bool kBF16>
+__device__ __forceinline__ float unpack(u32 pair, int e) {
+    if constexpr (kBF16) {
+        return __uint_as_float(e ? pair & 0xffff0000u : pair << 16);
+    } else {
+        float f;
+        asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"((unsigned short)(e ? pair >> 16 : pair)));
+        return f;
+    }
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));

@@ -47,11 +47,12 @@ __device__ __forceinline__ void zero(float (&c)[kMI][kNB][4]) {
 }
 
 // C[16*kMI x 16*kNP] += A[m0.., 0..16*kKSteps] B[0..16*kKSteps, pairs]; `a`, `b`: shared addresses of element (0, 0).
+// The k steps run four at a time in a rolled loop, the rest unrolled: a fully unrolled reduction over d = 256 lets
+// ptxas hoist every step's fragments at once and spill next to dK/dV's accumulators (d256 64x64, d128 64x128).
 template <bool kBF16, int kMI, int kNP, int kPairs, int kKSteps, bool kAStoredKM, bool kBStoredKN>
 __device__ __forceinline__ void gemm(float (&c)[kMI][kNP * 2][4], u32 a, int lda, int m0, u32 b, int ldb,
                                      int first_pair, int pair_step, int lane) {
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
+    auto step = [&](int kk) {
         u32 af[kMI][4];
 #pragma unroll
         for (int i = 0; i < kMI; ++i) load_a<kAStoredKM>(af[i], a, lda, m0 + 16 * i, 16 * kk, lane);
@@ -68,7 +69,14 @@ __device__ __forceinline__ void gemm(float (&c)[kMI][kNP * 2][4], u32 a, int lda
                 }
             }
         }
-    }
+    };
+    constexpr int kRolled = kKSteps / 4 * 4;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kRolled; k0 += 4)
+#pragma unroll
+        for (int k1 = 0; k1 < 4; ++k1) step(k0 + k1);
+#pragma unroll
+    for (int kk = kRolled; kk < kKSteps; ++kk) step(kk);
 }
 
 }  // namespace warp

@@ -28,6 +28,14 @@ struct PrecompileArgs {
     int jobs = 0;
     bool json = false;
     bool cache_only = false;
+    std::string pass;  // empty: each manifest entry's own (forward by default)
+};
+
+// One thing to build: a config's forward kernel or its backward kernel set.
+struct Item {
+    AttentionConfig config;
+    bool backward = false;
+    std::string describe() const { return config.describe() + (backward ? " (backward)" : ""); }
 };
 
 tool::ManifestError manifest_not_found(const std::string& name) {
@@ -39,24 +47,37 @@ tool::ManifestError manifest_not_found(const std::string& name) {
                         searched)};
 }
 
-// Manifests and --head-dim flags together, deduplicated; the default manifest when neither is given. --arch
-// retargets manifest entries too, so `rtattn precompile --arch sm_90a` precompiles the defaults for Hopper only.
-std::vector<AttentionConfig> precompile_configs(const std::vector<std::string>& manifests,
-                                                const tool::ConfigFlags& flags) {
+// Manifests and --head-dim flags together, deduplicated, forward kernels first; the default manifest when neither is
+// given. --arch and --pass retarget manifest entries too, so `rtattn precompile --arch sm_90a --pass both`
+// precompiles the defaults' forward and backward kernels for Hopper only.
+std::vector<Item> precompile_items(const std::vector<std::string>& manifests, const tool::ConfigFlags& flags,
+                                   const std::string& pass) {
     if (flags.any_shape_flag() && flags.head_dims.empty())
         throw ConfigError("head_dim", "--dtype, --causal, --head-dim-v, --heads-q, --heads-kv and --softmax-scale "
                                       "shape the configs built from --head-dim; add --head-dim (manifest entries set "
                                       "these fields themselves)");
     std::vector<std::string> names = manifests;
     if (names.empty() && flags.head_dims.empty()) names.push_back("default");
-    tool::UniqueConfigs configs;
+    tool::ExpandOptions opts = resolve_arch();
+    opts.archs = flags.archs;
+    opts.pass = pass;
+    tool::UniqueConfigs forward, backward;
     for (const auto& name : names) {
         const std::string path = tool::find_manifest(name);
         if (path.empty()) throw manifest_not_found(name);
-        configs.add_all(tool::load_manifest(path, {flags.archs, resolve_arch().current_arch}).configs);
+        const auto m = tool::load_manifest(path, opts);
+        forward.add_all(m.configs);
+        backward.add_all(m.backward_configs);
     }
-    if (!flags.head_dims.empty()) configs.add_all(tool::expand_flags(flags, resolve_arch()));
-    return configs.take();
+    if (!flags.head_dims.empty()) {
+        const auto x = tool::expand_flag_passes(flags, opts);
+        forward.add_all(x.forward);
+        backward.add_all(x.backward);
+    }
+    std::vector<Item> items;
+    for (auto& c : forward.take()) items.push_back({std::move(c), false});
+    for (auto& c : backward.take()) items.push_back({std::move(c), true});
+    return items;
 }
 
 struct Outcome {
@@ -79,11 +100,11 @@ const char* status_name(Outcome::Status s, bool cache_only) {
     return "?";
 }
 
-Outcome precompile_one(Runtime& rt, const AttentionConfig& c) {
+Outcome precompile_one(Runtime& rt, const Item& item) {
     Outcome o;
     const auto t0 = Clock::now();
     try {
-        o.info = rt.precompile(c);
+        o.info = item.backward ? rt.precompile_backward(item.config) : rt.precompile(item.config);
         o.status = o.info.from_cache ? Outcome::Status::cached : Outcome::Status::compiled;
     } catch (const CacheError& e) {
         o.status = Outcome::Status::not_stored;
@@ -96,11 +117,13 @@ Outcome precompile_one(Runtime& rt, const AttentionConfig& c) {
 }
 
 // How many configs need a compile: those whose entry file is not on disk yet (the progress line's ETA).
-std::size_t compile_work(Runtime& rt, const std::vector<AttentionConfig>& configs, const cache::DiskCache& disk) {
+std::size_t compile_work(Runtime& rt, const std::vector<Item>& items, const cache::DiskCache& disk) {
     std::size_t n = 0;
-    for (const auto& c : configs) {
+    for (const auto& item : items) {
         std::error_code ec;
-        const std::string path = disk.entry_path(resolve(rt, c)->key);
+        const std::string& key =
+            item.backward ? resolve_backward(rt, item.config)->key : resolve(rt, item.config)->key;
+        const std::string path = disk.entry_path(key);
         n += !std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec));
     }
     return n;
@@ -108,7 +131,7 @@ std::size_t compile_work(Runtime& rt, const std::vector<AttentionConfig>& config
 
 // Runs `jobs` workers over the configs; the Runtime's single flight makes configs that share a cubin wait for one
 // compile instead of racing.
-std::vector<Outcome> run_precompile(Runtime& rt, const std::vector<AttentionConfig>& configs, int jobs,
+std::vector<Outcome> run_precompile(Runtime& rt, const std::vector<Item>& configs, int jobs,
                                     Progress& progress, bool cache_only) {
     std::vector<Outcome> out(configs.size());
     std::atomic<std::size_t> next{0};
@@ -136,7 +159,7 @@ std::vector<Outcome> run_precompile(Runtime& rt, const std::vector<AttentionConf
     return out;
 }
 
-void print_summary(const std::vector<AttentionConfig>& configs, const std::vector<Outcome>& outcomes, double seconds,
+void print_summary(const std::vector<Item>& configs, const std::vector<Outcome>& outcomes, double seconds,
                    const std::string& dir, bool cache_only, bool as_json) {
     const auto count = [&](Outcome::Status s) {
         return std::count_if(outcomes.begin(), outcomes.end(), [s](const Outcome& o) { return o.status == s; });
@@ -157,7 +180,8 @@ void print_summary(const std::vector<AttentionConfig>& configs, const std::vecto
         for (std::size_t i = 0; i < configs.size(); ++i) {
             const auto& o = outcomes[i];
             json e;
-            e["config"] = json::parse(configs[i].to_json());
+            e["config"] = json::parse(configs[i].config.to_json());
+            e["pass"] = configs[i].backward ? "backward" : "forward";
             e["describe"] = configs[i].describe();
             e["status"] = o.status == Outcome::Status::not_stored ? "not_stored" : status_name(o.status, false);
             e["seconds"] = o.seconds;
@@ -189,7 +213,7 @@ int run(const GlobalOptions& g, const PrecompileArgs& a) {
     if (a.jobs < 0)
         throw ConfigError("--jobs",
                           fmt::format("{} is not allowed; give 1 or more (0: one per hardware thread)", a.jobs));
-    const auto configs = precompile_configs(a.manifests, a.config.get());
+    const auto configs = precompile_items(a.manifests, a.config.get(), a.pass);
 
     // The Runtime logs through the progress display, which exists only once the work is known: forward to it.
     Progress* shown = nullptr;
@@ -251,6 +275,10 @@ void add_precompile(CLI::App& app, const GlobalOptions& g, Action& action) {
     cmd->add_option("-j,--jobs", a->jobs, "parallel compiles (default: one per hardware thread, at most 8; never more "
                                           "than the hardware threads)")
         ->type_name("N");
+    cmd->add_option("--pass", a->pass, "which kernels of each config: forward, backward (the training kernels) or both "
+                                       "(default: forward, or each manifest entry's \"pass\")")
+        ->type_name("PASS")
+        ->check(CLI::IsMember({"forward", "backward", "both"}));
     cmd->add_flag("--json", a->json, "print a JSON summary on stdout (progress stays on stderr)");
     cmd->add_flag("--cache-only", a->cache_only, "compile nothing; only check that every config is cached (also RTATTN_CACHE_ONLY=1)");
     cmd->callback([&action, &g, a] { action = [&g, a] { return run(g, *a); }; });

@@ -65,7 +65,7 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
 
 const tool::ExpandOptions& resolve_arch() {
     // The Runtime's own rule for an empty arch (one place says what "the current GPU" is).
-    static const tool::ExpandOptions options{{}, [] { return device_arch(AttentionConfig{}); }};
+    static const tool::ExpandOptions options{{}, [] { return device_arch(AttentionConfig{}); }, ""};
     return options;
 }
 

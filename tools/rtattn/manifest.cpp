@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config_json.hpp"
+#include "plan/backward.hpp"
 #include "plan/plan.hpp"
 #include "util/text.hpp"
 
@@ -27,6 +28,8 @@ using json = nlohmann::json;
 constexpr const char* kListFields[] = {"head_dim", "head_dim_qk", "head_dim_v", "dtype", "causal", "arch"};
 // Documentation-only entry fields: the manifest's business, not AttentionConfig's.
 constexpr const char* kCommentFields[] = {"model", "comment"};
+// Which kernels an entry asks for: also the manifest's business.
+constexpr const char* kPassField = "pass";
 constexpr const char* kTopLevelFields[] = {"name", "description", "configs", "comment"};
 
 template <std::size_t N>
@@ -47,7 +50,8 @@ struct Origin {
         static const std::map<std::string, std::string> flag_of = {
             {"head_dim", "--head-dim"},   {"head_dim_qk", "--head-dim"},  {"head_dim_v", "--head-dim-v"},
             {"dtype", "--dtype"},         {"causal", "--causal"},         {"num_heads_q", "--heads-q"},
-            {"num_heads_kv", "--heads-kv"}, {"softmax_scale", "--softmax-scale"}, {"arch", "--arch"}};
+            {"num_heads_kv", "--heads-kv"}, {"softmax_scale", "--softmax-scale"}, {"arch", "--arch"},
+            {"pass", "--pass"}};
         const auto it = flag_of.find(field);
         return it != flag_of.end() ? it->second : "command line";
     }
@@ -74,6 +78,26 @@ std::vector<json> alternatives(const std::string& key, const json& value, const 
     return {value.begin(), value.end()};
 }
 
+struct Passes {
+    bool forward = true, backward = false;
+};
+
+Passes passes_of(const json& value, const Origin& origin) {
+    const char* allowed = "use \"forward\", \"backward\", \"both\" or a list of the first two";
+    if (value == "both") return {true, true};
+    Passes p{false, false};
+    for (const json& v : value.is_array() ? value : json::array({value})) {
+        if (v == "forward")
+            p.forward = true;
+        else if (v == "backward")
+            p.backward = true;
+        else
+            origin.fail(kPassField, fmt::format("{} is not allowed; {}", json_for_message(v), allowed));
+    }
+    if (!p.forward && !p.backward) origin.fail(kPassField, fmt::format("is an empty list; {}", allowed));
+    return p;
+}
+
 // The cartesian product of the entry's list fields, each element a plain from_json object.
 std::vector<json> cartesian(const json& entry, const Origin& origin) {
     json base = json::object();
@@ -98,25 +122,36 @@ std::vector<json> cartesian(const json& entry, const Origin& origin) {
 // Parses and checks one expanded config, as JSON (a dump and re-parse would turn NaN into null, i.e. the default).
 // Resolving "the current GPU" and planning here too means that an unsupported config (e.g. shared memory) is
 // reported with its origin up front, not as a failed compile later.
-AttentionConfig checked_config(const json& single, const ExpandOptions& opts, const Origin& origin) {
+// A backward config is planned both ways: its forward supplies the LSE the backward reads.
+AttentionConfig checked_config(const json& single, const ExpandOptions& opts, const Origin& origin, bool backward) {
     try {
         AttentionConfig c = config_from_json(single);
         if (c.arch.empty() && opts.current_arch) c.arch = opts.current_arch();
         if (!c.arch.empty()) (void)plan::plan(c);
+        if (!c.arch.empty() && backward) (void)plan::plan_backward(c);
         return c;
     } catch (const ConfigError& e) {
         origin.rethrow(e);
     }
 }
 
-std::vector<AttentionConfig> expand_entry(json entry, const ExpandOptions& opts, const Origin& origin) {
+Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origin) {
     if (!entry.is_object()) origin.fail("entry", fmt::format("must be a JSON object, got {}", json_for_message(entry)));
     for (const char* key : kCommentFields)
         if (entry.contains(key) && !entry[key].is_string()) origin.fail(key, "must be a string (it is a comment)");
     if (!opts.archs.empty()) entry["arch"] = opts.archs;
+    if (!opts.pass.empty()) entry[kPassField] = opts.pass;
+    Passes passes;
+    if (entry.contains(kPassField)) {
+        passes = passes_of(entry[kPassField], origin);
+        entry.erase(kPassField);
+    }
     UniqueConfigs out;
-    for (const auto& single : cartesian(entry, origin)) out.add(checked_config(single, opts, origin));
-    return out.take();
+    for (const auto& single : cartesian(entry, origin)) out.add(checked_config(single, opts, origin, passes.backward));
+    Expanded e;
+    if (passes.backward) e.backward = out.list();
+    if (passes.forward) e.forward = out.take();
+    return e;
 }
 
 // Equality up to spelling: an explicit default is the same config as an omitted one.
@@ -162,7 +197,7 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
         throw ManifestError(path, "configs", "missing or not a list; give a list of config objects");
 
     Manifest m;
-    UniqueConfigs configs;
+    UniqueConfigs configs, backward;
     m.path = path;
     m.name = string_field(top, "name", path, fs::path(path).stem().string());
     m.description = string_field(top, "description", path, "");
@@ -174,9 +209,12 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
             const std::string model = e["model"].get<std::string>();
             origin.where += fmt::format(" ({})", util::escaped(model.substr(0, 64)) + (model.size() > 64 ? "..." : ""));
         }
-        configs.add_all(expand_entry(e, opts, origin));
+        const Expanded x = expand_entry(e, opts, origin);
+        configs.add_all(x.forward);
+        backward.add_all(x.backward);
     }
     m.configs = configs.take();
+    m.backward_configs = backward.take();
     return m;
 }
 
@@ -186,6 +224,10 @@ bool ConfigFlags::any_shape_flag() const {
 }
 
 std::vector<AttentionConfig> expand_flags(const ConfigFlags& f, const ExpandOptions& opts) {
+    return expand_flag_passes(f, {{}, opts.current_arch, "forward"}).forward;
+}
+
+Expanded expand_flag_passes(const ConfigFlags& f, const ExpandOptions& opts) {
     const Origin origin{"", true};
     if (f.head_dims.empty()) origin.fail("head_dim", "is required here");
     json entry = json::object();
@@ -200,7 +242,7 @@ std::vector<AttentionConfig> expand_flags(const ConfigFlags& f, const ExpandOpti
     if (f.heads_kv) entry["num_heads_kv"] = *f.heads_kv;
     if (f.softmax_scale) entry["softmax_scale"] = *f.softmax_scale;
     if (!f.archs.empty()) entry["arch"] = f.archs;
-    return expand_entry(entry, {{}, opts.current_arch}, origin);
+    return expand_entry(entry, {{}, opts.current_arch, opts.pass}, origin);
 }
 
 bool UniqueConfigs::add(const AttentionConfig& c) {

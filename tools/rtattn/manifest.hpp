@@ -10,6 +10,8 @@
 //   dtype                               : a string or a list of strings
 //   causal                              : true, false, "both" or a list of booleans
 //   arch                                : a string or a list of strings
+//   pass                                : "forward" (the default), "backward", "both", or a list of the first two:
+//                                         which kernels of each config to build (backward: the training kernels)
 // "model" and "comment" are documentation only. This reader owns the manifest schema: it strips them and
 // expands lists before handing each single config to AttentionConfig::from_json, which stays strict.
 //
@@ -54,9 +56,16 @@ private:
     std::unordered_set<std::string> seen_;
 };
 
+// Expanded, deduplicated configs in first-seen order, by the kernels asked for.
+struct Expanded {
+    std::vector<AttentionConfig> forward;
+    std::vector<AttentionConfig> backward;
+};
+
 struct Manifest {
     std::string path, name, description;
-    std::vector<AttentionConfig> configs;  // expanded, deduplicated, in first-seen order
+    std::vector<AttentionConfig> configs;           // forward kernels
+    std::vector<AttentionConfig> backward_configs;  // backward kernels
 };
 
 // Overrides applied while expanding, before each config is checked.
@@ -64,6 +73,7 @@ struct ExpandOptions {
     std::vector<std::string> archs;  // non-empty: replaces every entry's "arch" (e.g. `precompile --arch sm_90a`)
     // Gives the arch of a config that names none ("the current GPU"), or throws ConfigError; null: leave it empty.
     std::function<std::string()> current_arch;
+    std::string pass;  // non-empty: replaces every entry's "pass" (`precompile --pass both`)
 };
 
 // Reads and expands a manifest file. Every config is validated and, when its arch is known, planned, so an
@@ -85,7 +95,9 @@ struct ConfigFlags {
 };
 
 // Expands the flags like a one-entry manifest (errors name the flag). Requires head_dims to be non-empty.
+// expand_flags: the forward configs; expand_flag_passes: by opts.pass (forward when empty).
 std::vector<AttentionConfig> expand_flags(const ConfigFlags& flags, const ExpandOptions& opts = {});
+Expanded expand_flag_passes(const ConfigFlags& flags, const ExpandOptions& opts);
 
 // Where `name` resolves to: a path (anything with a '/', or an existing file) as given, else <dir>/<name>.json in
 // the first manifest directory that has it. Returns "" when a bare name matches nothing.
