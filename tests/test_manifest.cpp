@@ -153,6 +153,15 @@ TEST_CASE("the default manifest covers the common models for both dtypes, masks 
     for (const char* model : {"Gemma", "Mistral"}) CHECK(text.find(model) == std::string::npos);
 }
 
+TEST_CASE("the training manifest asks for forward and backward kernels of the same configs", "[manifest]") {
+    const auto m = rtattn::tool::load_manifest(std::string(RTATTN_SOURCE_DIR) + "/cache/training.json");
+    REQUIRE(!m.backward_configs.empty());
+    CHECK(m.backward_configs.size() == m.configs.size());
+    std::set<int> dims;
+    for (const auto& c : m.backward_configs) dims.insert(c.head_dim_qk);
+    CHECK(dims == std::set<int>{64, 128, 132, 256});
+}
+
 TEST_CASE("a 64k-config manifest is read in linear time", "[manifest]") {
     // Deduplication used to compare every config with every earlier one: 16k configs took 10 s and 64k 125 s on a
     // 2-core machine before anything printed. A hash set reads 64k in about a second there; the bound leaves room

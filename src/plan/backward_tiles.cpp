@@ -64,6 +64,7 @@ std::string tile_problem(const BackwardPlan& p) {
     if (p.block_m < 16 || p.block_m % 16 || p.block_n < 16 || p.block_n % 16)
         return "block_m and block_n must be positive multiples of 16";
     if (p.warps < 1 || p.warps > 16) return "warps must be 1..16";
+    if (p.block_m > 32 * p.warps) return "block_m must be at most 32 x warps (a thread per query row loads its LSE and D)";
     auto splits = [&](int by, int extent, int step) { return by >= 1 && p.warps % by == 0 && extent % (by * step) == 0; };
     if (!splits(p.sdp_warps_m, p.block_m, 16) || !splits(p.warps / p.sdp_warps_m, p.block_n, 16))
         return "sdp_warps_m must divide warps, block_m into 16-row pieces and leave block_n 16-key pieces";

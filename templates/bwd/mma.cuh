@@ -241,9 +241,10 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                                                                         p.do_seq_stride, seqlen_q - m0, tid, at_v);
         // The workspace has m_pad rows per head (a multiple of kBlockM): these reads never leave it.
         const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
-        for (int r = tid; r < T::kBlockM; r += kThreads) {
-            ptx::cp_async<4>(ptx::smem_u32(sLse0 + st * T::kBlockM + r), p.lse2 + ws + r, true);
-            ptx::cp_async<4>(ptx::smem_u32(sD0 + st * T::kBlockM + r), p.delta + ws + r, true);
+        static_assert(T::kBlockM <= kThreads, "one thread per row loads its LSE and D");
+        if (tid < T::kBlockM) {
+            ptx::cp_async<4>(ptx::smem_u32(sLse0 + st * T::kBlockM + tid), p.lse2 + ws + tid, true);
+            ptx::cp_async<4>(ptx::smem_u32(sD0 + st * T::kBlockM + tid), p.delta + ws + tid, true);
         }
     };
     if (steps > 0) load_step(0, 0);

@@ -15,17 +15,31 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
                                           Offset offset) {
     constexpr int kPerRow = kHeadDim / kVec;
     constexpr int kTotal = kRows * kPerRow;
-#pragma unroll 4
-    for (int i = tid; i < kTotal; i += kThreads) {
-        const int r = i / kPerRow;
-        const int c = (i - r * kPerRow) * kVec;
+    auto copy = [&](int r, int c, const u16* src) {
         const bool valid = r < valid_rows;
-        const u16* src = valid ? g + r * row_stride + c : g;
         if constexpr (kVec >= 2) {
-            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + offset(r, c)), src, valid);
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + offset(r, c)), valid ? src : g, valid);
         } else {
             // Odd head dims: a row is not 4-byte aligned, cp.async cannot move it; a plain load is the only choice.
             s[offset(r, c)] = valid ? *src : u16(0);
+        }
+    };
+    if constexpr (kThreads % kPerRow == 0) {
+        // Each thread copies one column of every kRowStep-th row: its offsets are worked out once, not per vector
+        // (this runs for every Q/dO or K/V tile; the general loop below costs ~25 integer instructions a vector).
+        constexpr int kRowStep = kThreads / kPerRow;
+        const int r0 = tid / kPerRow, c = (tid - r0 * kPerRow) * kVec;
+        const u16* src = g + r0 * row_stride + c;
+        const long long step = kRowStep * row_stride;
+#pragma unroll
+        for (int j = 0; j < (kRows + kRowStep - 1) / kRowStep; ++j)
+            if (kRows % kRowStep == 0 || r0 + j * kRowStep < kRows) copy(r0 + j * kRowStep, c, src + j * step);
+    } else {
+#pragma unroll 4
+        for (int i = tid; i < kTotal; i += kThreads) {
+            const int r = i / kPerRow;
+            const int c = (i - r * kPerRow) * kVec;
+            copy(r, c, g + r * row_stride + c);
         }
     }
 }
