@@ -97,19 +97,9 @@ std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 }  // namespace
 
 BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_override) {
-    c.validate();
-    if (c.arch.empty()) throw ConfigError("arch", "must be resolved to a concrete arch before planning");
-    const arch::Arch& ai = arch::get(c.arch);
     BackwardPlan p;
-    p.head_dim_qk = c.head_dim_qk;
-    p.head_dim_v = c.dv();
-    p.pad_qk = geometry::round_up(p.head_dim_qk, 16);
-    p.pad_v = geometry::round_up(p.head_dim_v, 16);
-    p.bf16 = c.dtype == Dtype::bf16;
-    p.causal = c.causal;
-    p.arch = c.arch;
-    p.vec_qk = vector_width(p.head_dim_qk);
-    p.vec_v = vector_width(p.head_dim_v);
+    // Both pads to 16: each is the k of an MMA here (QK^T, dO V^T).
+    const arch::Arch& ai = fill_problem(p, c, 16);
     const int pad = std::max(p.pad_qk, p.pad_v);
     for (const BwdTileRow& row : kBwdTiles) {
         const kernels::BackwardFamily& f = row.family();

@@ -7,6 +7,7 @@
 #include "arch/arch.hpp"
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
+#include "plan/backward.hpp"
 #include "plan/forward_tiles.hpp"
 #include "core/errors.hpp"
 
@@ -18,25 +19,28 @@ int vector_width(int d) {
     return 1;
 }
 
-namespace {
-
-}  // namespace
-
-KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
+template <class Plan>
+const arch::Arch& fill_problem(Plan& plan, const AttentionConfig& c, int pad_v_step) {
     c.validate();
     if (c.arch.empty()) throw ConfigError("arch", "must be resolved to a concrete arch before planning");
-    const arch::Arch& ai = arch::get(c.arch);
+    plan.head_dim_qk = c.head_dim_qk;
+    plan.head_dim_v = c.dv();
+    plan.pad_qk = geometry::round_up(plan.head_dim_qk, 16);
+    plan.pad_v = geometry::round_up(plan.head_dim_v, pad_v_step);
+    plan.bf16 = c.dtype == Dtype::bf16;
+    plan.causal = c.causal;
+    plan.arch = c.arch;
+    plan.vec_qk = vector_width(plan.head_dim_qk);
+    plan.vec_v = vector_width(plan.head_dim_v);
+    return arch::get(c.arch);
+}
+template const arch::Arch& fill_problem(KernelPlan&, const AttentionConfig&, int);
+template const arch::Arch& fill_problem(BackwardPlan&, const AttentionConfig&, int);
 
+KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     KernelPlan p;
-    p.head_dim_qk = c.head_dim_qk;
-    p.head_dim_v = c.dv();
-    p.pad_qk = geometry::round_up(p.head_dim_qk, 16);
-    p.pad_v = geometry::round_up(p.head_dim_v, 8);
-    p.bf16 = c.dtype == Dtype::bf16;
-    p.causal = c.causal;
-    p.arch = c.arch;
-    p.vec_qk = vector_width(p.head_dim_qk);
-    p.vec_v = vector_width(p.head_dim_v);
+    // V pads to 8 first (the n of mma.m16n8k16 in PV); a table row may ask for 16.
+    const arch::Arch& ai = fill_problem(p, c, 8);
     choose_forward_tile(p, ai);
     if (!options.tile_override.empty()) apply_tile_override(p, options.tile_override, options.tile_field);
     p.family->settle(p);

@@ -9,6 +9,9 @@
 namespace rtattn::kernels {
 class ForwardFamily;
 }
+namespace rtattn::arch {
+struct Arch;
+}
 
 namespace rtattn::plan {
 
@@ -58,6 +61,12 @@ struct PlanOptions {
 // Elements per global vector access for rows of `head_dim` 16-bit elements (8, 4, 2 or 1: the largest that divides
 // it): what pointers and strides must be multiples of, for the forward and the backward alike.
 int vector_width(int head_dim);
+
+// The part of a plan that the config alone fixes, the same for the forward and the backward: validates the config
+// (its one check per resolve), requires a concrete arch, and fills head dims, pads (QK to 16, V to pad_v_step),
+// dtype, mask, arch and vector widths. Returns the arch's facts. Defined for KernelPlan and BackwardPlan.
+template <class Plan>
+const arch::Arch& fill_problem(Plan& plan, const AttentionConfig& c, int pad_v_step);
 
 // Validates the config (its one check per resolve) and plans it; config.arch must be non-empty (the Runtime resolves
 // "current device" first). Throws ConfigError when the config is invalid or the plan cannot serve it: support and
