@@ -18,23 +18,17 @@ namespace warp {
 
 using ptx::u32;
 
-template <bool kStoredKM>
-__device__ __forceinline__ void load_a(u32 (&a)[4], u32 base, int ld, int m0, int k0, int lane) {
-    if constexpr (!kStoredKM)
-        ptx::ldsm_x4(base + 2 * ((m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8), a[0], a[1], a[2], a[3]);
-    else
-        ptx::ldsm_x4_t(base + 2 * ((k0 + (lane & 7) + (lane >> 4) * 8) * ld + m0 + ((lane >> 3) & 1) * 8), a[0],
-                       a[1], a[2], a[3]);
+// Byte offset of this lane's ldmatrix row start inside a 16x16 block of a tile with rows of `ld` elements: pattern
+// 0 is (row lane%16, column 8*(lane/16)) -- A stored [m][k], B stored [k][n] --, pattern 1 is
+// (row lane%8 + 8*(lane/16), column 8*((lane/8)%2)) -- A stored [k][m], B stored [n][k].
+template <bool kPattern1>
+__device__ __forceinline__ u32 lane_offset(int ld, int lane) {
+    if constexpr (!kPattern1) return 2 * ((lane & 15) * ld + (lane >> 4) * 8);
+    else return 2 * (((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8);
 }
 
-template <bool kStoredKN>
-__device__ __forceinline__ void load_b(u32 (&b)[4], u32 base, int ld, int n0, int k0, int lane) {
-    if constexpr (!kStoredKN)
-        ptx::ldsm_x4(base + 2 * ((n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8), b[0], b[1],
-                     b[2], b[3]);
-    else
-        ptx::ldsm_x4_t(base + 2 * ((k0 + (lane & 15)) * ld + n0 + (lane >> 4) * 8), b[0], b[1], b[2], b[3]);
-}
+// Byte offset of the 16x16 block at (row r, column c) of the stored tile.
+__device__ __forceinline__ u32 block_offset(int ld, int r, int c) { return 2 * (r * ld + c); }
 
 template <int kMI, int kNB>
 __device__ __forceinline__ void zero(float (&c)[kMI][kNB][4]) {
@@ -52,16 +46,32 @@ __device__ __forceinline__ void zero(float (&c)[kMI][kNB][4]) {
 template <bool kBF16, int kMI, int kNP, int kPairs, int kKSteps, bool kAStoredKM, bool kBStoredKN>
 __device__ __forceinline__ void gemm(float (&c)[kMI][kNP * 2][4], u32 a, int lda, int m0, u32 b, int ldb,
                                      int first_pair, int pair_step, int lane) {
+    // Each lane's addresses are worked out once; inside the loop every ldmatrix is a base plus a constant (A block i
+    // at rows/columns m0 + 16i, B pair j at columns 16 * (first_pair + j * pair_step), k step kk at 16kk).
+    const u32 a_lane = a + lane_offset<kAStoredKM>(lda, lane) + (kAStoredKM ? block_offset(lda, 0, m0)
+                                                                             : block_offset(lda, m0, 0));
+    const u32 b_lane = b + lane_offset<!kBStoredKN>(ldb, lane) + (kBStoredKN ? block_offset(ldb, 0, 16 * first_pair)
+                                                                              : block_offset(ldb, 16 * first_pair, 0));
     auto step = [&](int kk) {
         u32 af[kMI][4];
 #pragma unroll
-        for (int i = 0; i < kMI; ++i) load_a<kAStoredKM>(af[i], a, lda, m0 + 16 * i, 16 * kk, lane);
+        for (int i = 0; i < kMI; ++i) {
+            const u32 at = a_lane + (kAStoredKM ? block_offset(lda, 16 * kk, 16 * i) : block_offset(lda, 16 * i, 16 * kk));
+            if constexpr (kAStoredKM)
+                ptx::ldsm_x4_t(at, af[i][0], af[i][1], af[i][2], af[i][3]);
+            else
+                ptx::ldsm_x4(at, af[i][0], af[i][1], af[i][2], af[i][3]);
+        }
 #pragma unroll
         for (int j = 0; j < kNP; ++j) {
-            const int pair = first_pair + j * pair_step;
-            if (pair < kPairs) {
+            if (first_pair + j * pair_step < kPairs) {
+                const int n = 16 * j * pair_step;
+                const u32 at = b_lane + (kBStoredKN ? block_offset(ldb, 16 * kk, n) : block_offset(ldb, n, 16 * kk));
                 u32 bf[4];
-                load_b<kBStoredKN>(bf, b, ldb, 16 * pair, 16 * kk, lane);
+                if constexpr (kBStoredKN)
+                    ptx::ldsm_x4_t(at, bf[0], bf[1], bf[2], bf[3]);
+                else
+                    ptx::ldsm_x4(at, bf[0], bf[1], bf[2], bf[3]);
 #pragma unroll
                 for (int i = 0; i < kMI; ++i) {
                     ptx::mma<kBF16>(c[i][2 * j], af[i], bf[0], bf[1]);
