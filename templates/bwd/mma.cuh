@@ -281,6 +281,11 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         // 16 bits (the value dV sees) for dS: S's fp32 registers are free before dP's are taken.
         const bool masked = n0 + T::kBlockN > seqlen_k ||
                             (T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+        // A C fragment's rows r and r + 8 (columns c, c + 1, packed) into a [query][key] 16-bit tile.
+        auto store_rows = [](u16* tile, int r, int c, u32 top, u32 bottom) {
+            *reinterpret_cast<u32*>(tile + r * S::kStrideN + c) = top;
+            *reinterpret_cast<u32*>(tile + (r + 8) * S::kStrideN + c) = bottom;
+        };
         u32 p16[kSdpMI][S::kSdpNP * 2][2];
         {
             float s[kSdpMI][S::kSdpNP * 2][4];
@@ -304,8 +309,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                     }
                     p16[mi][nb][0] = ptx::pack2<T::kBF16>(pr[0], pr[1]);
                     p16[mi][nb][1] = ptx::pack2<T::kBF16>(pr[2], pr[3]);
-                    *reinterpret_cast<u32*>(sP + r_local * S::kStrideN + c_local) = p16[mi][nb][0];
-                    *reinterpret_cast<u32*>(sP + (r_local + 8) * S::kStrideN + c_local) = p16[mi][nb][1];
+                    store_rows(sP, r_local, c_local, p16[mi][nb][0], p16[mi][nb][1]);
                 }
             }
         }
@@ -327,9 +331,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         ds[e] = ptx::unpack<T::kBF16>(p16[mi][nb][e >> 1], e & 1) * (dp[mi][nb][e] - dd[e >> 1]);
-                    *reinterpret_cast<u32*>(sdS + r_local * S::kStrideN + c_local) = ptx::pack2<T::kBF16>(ds[0], ds[1]);
-                    *reinterpret_cast<u32*>(sdS + (r_local + 8) * S::kStrideN + c_local) =
-                        ptx::pack2<T::kBF16>(ds[2], ds[3]);
+                    store_rows(sdS, r_local, c_local, ptx::pack2<T::kBF16>(ds[0], ds[1]),
+                               ptx::pack2<T::kBF16>(ds[2], ds[3]));
                 }
             }
         }
