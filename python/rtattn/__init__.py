@@ -12,13 +12,13 @@ import sys as _sys
 
 from ._api import (AttentionConfig, ArgumentError, BackwardKernel, CacheError, CacheMissError, CacheStats, CompileError,
                    ConfigError, CudaError, Error, Kernel, KernelInfo, Runtime, default_runtime, info, known_archs,
-                   plan, precompile, set_default_runtime, version)
+                   plan, precompile, precompile_backward, set_default_runtime, version)
 
 __version__ = version()
 
 __all__ = ["AttentionConfig", "ArgumentError", "BackwardKernel", "CacheError", "CacheMissError", "CacheStats", "CompileError",
            "ConfigError", "CudaError", "Error", "Kernel", "KernelInfo", "Runtime", "attention", "default_runtime",
-           "info", "known_archs", "plan", "precompile", "set_default_runtime", "version"]
+           "info", "known_archs", "plan", "precompile", "precompile_backward", "set_default_runtime", "version"]
 
 _torch_ops = None
 

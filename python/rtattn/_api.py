@@ -442,6 +442,11 @@ def precompile(config: Optional[AttentionConfig] = None, **fields) -> KernelInfo
     return default_runtime().precompile(config, **fields)
 
 
+def precompile_backward(config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
+    """Runtime.precompile_backward on the shared runtime: the training kernels, e.g. before a job starts."""
+    return default_runtime().precompile_backward(config, **fields)
+
+
 def plan(config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
     """Runtime.plan on the shared runtime."""
     return default_runtime().plan(config, **fields)

@@ -49,6 +49,12 @@ def test_backward_plan_and_precompile_without_a_gpu(cache_dir):
     with pytest.raises(rtattn.ConfigError) as e:
         rt.precompile_backward(head_dim=0, arch="sm_80")
     assert e.value.field == "head_dim_qk"
+    previous = rtattn.default_runtime()
+    rtattn.set_default_runtime(rt)
+    try:
+        assert rtattn.precompile_backward(c).from_cache  # the module-level door to the same cache entry
+    finally:
+        rtattn.set_default_runtime(previous)
 
 
 def test_version_and_info():
@@ -216,6 +222,10 @@ def test_python_m_rtattn_runs_the_cli(cache_dir):
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert rtattn.Runtime(cache_dir=cache_dir).precompile(head_dim=72, arch="sm_80").from_cache
+    r = subprocess.run([sys.executable, "-m", "rtattn", "precompile", "--head-dim", "72", "--arch", "sm_80", "--pass",
+                        "backward"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert rtattn.Runtime(cache_dir=cache_dir).precompile_backward(head_dim=72, arch="sm_80").from_cache
     r = subprocess.run([sys.executable, "-m", "rtattn", "info", "--head-dim", "132", "--arch", "sm_90a"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0 and "padded 144" in r.stdout
