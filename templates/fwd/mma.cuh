@@ -102,10 +102,13 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     const int k_row = (lane & 7) + (lane >> 4) * 8, k_col = ((lane >> 3) & 1) * 8;
     const int v_row = lane & 15, v_col = (lane >> 4) * 8;
 
+    // Each lane's ldmatrix addresses are a base worked out once plus constants (the block's row and column).
+    const u32 q_lane = ptx::smem_u32(sQ + (warp_row0 + a_row) * S::kStrideQK + a_col);
+    const u32 k_lane = ptx::smem_u32(sK + k_row * S::kStrideQK + k_col);
+    const u32 v_lane = ptx::smem_u32(sV + v_row * S::kStrideV + v_col);
     u32 q_frag[T::kQInRegs ? T::kMTiles : 1][T::kQInRegs ? kKQ : 1][4];
     auto load_q_frag = [&](int mt, int kk, u32 (&a)[4]) {
-        const u16* src = sQ + (warp_row0 + mt * 16 + a_row) * S::kStrideQK + kk * 16 + a_col;
-        ptx::ldsm_x4(ptx::smem_u32(src), a[0], a[1], a[2], a[3]);
+        ptx::ldsm_x4(q_lane + 2 * (mt * 16 * S::kStrideQK + kk * 16), a[0], a[1], a[2], a[3]);
     };
     if constexpr (T::kQInRegs) {
         ptx::cp_async_wait<T::kStages - 1>();
@@ -138,8 +141,8 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         __syncthreads();
 
         const int slot = j % T::kStages;
-        const u16* k_tile = sK + slot * S::kKElems;
-        const u16* v_tile = sV + slot * S::kVElems;
+        const u32 k_tile = k_lane + 2 * slot * S::kKElems;
+        const u32 v_tile = v_lane + 2 * slot * S::kVElems;
         const int n0 = j * T::kBlockN;
 
         // S = Q K^T for this warp's rows.
@@ -160,8 +163,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
 #pragma unroll
             for (int np = 0; np < kNB / 2; ++np) {
                 u32 b0, b1, b2, b3;
-                ptx::ldsm_x4(ptx::smem_u32(k_tile + (np * 16 + k_row) * S::kStrideQK + kk * 16 + k_col), b0, b1, b2,
-                             b3);
+                ptx::ldsm_x4(k_tile + 2 * (np * 16 * S::kStrideQK + kk * 16), b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < T::kMTiles; ++mt) {
                     const u32(&a)[4] = T::kQInRegs ? q_frag[mt][T::kQInRegs ? kk : 0] : a_tmp[mt];
@@ -184,8 +186,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
 #pragma unroll
             for (int np = 0; np < kNV / 2; ++np) {
                 u32 b0, b1, b2, b3;
-                ptx::ldsm_x4_t(ptx::smem_u32(v_tile + (kk * 16 + v_row) * S::kStrideV + np * 16 + v_col), b0, b1, b2,
-                               b3);
+                ptx::ldsm_x4_t(v_tile + 2 * (kk * 16 * S::kStrideV + np * 16), b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < T::kMTiles; ++mt) {
                     ptx::mma<T::kBF16>(acc_o[mt][2 * np], a[mt], b0, b1);
@@ -194,7 +195,8 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
             }
             if constexpr (kNV % 2 == 1) {  // a last 8-wide column block (kPadV = 8 mod 16)
                 u32 b0, b1;
-                ptx::ldsm_x2_t(ptx::smem_u32(v_tile + (kk * 16 + v_row) * S::kStrideV + (kNV - 1) * 8), b0, b1);
+                // .x2 reads lanes 0-15's addresses only, whose v_col is 0.
+                ptx::ldsm_x2_t(v_tile + 2 * (kk * 16 * S::kStrideV + (kNV - 1) * 8), b0, b1);
 #pragma unroll
                 for (int mt = 0; mt < T::kMTiles; ++mt) ptx::mma<T::kBF16>(acc_o[mt][kNV - 1], a[mt], b0, b1);
             }
