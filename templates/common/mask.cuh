@@ -23,18 +23,24 @@ __device__ __forceinline__ int kv_block_count(int q0, int seqlen_q, int seqlen_k
 template <bool kCausal, int kMT, int kNB>
 __device__ __forceinline__ void mask_scores(float (&s)[kMT][kNB][4], int n0, int row0, int lane, int seqlen_q,
                                             int seqlen_k) {
+    // Per row, the first hidden column counted from this lane's first column (col0): every element then compares a
+    // constant (8 * nb + e) against one register, instead of rebuilding its row and column.
+    const int col0 = n0 + 2 * (lane & 3);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = n0 + nb * 8 + 2 * (lane & 3) + (e & 1);
-                const int row = row0 + mt * 16 + (lane >> 2) + (e >> 1) * 8;
-                bool masked = col >= seqlen_k;
-                if constexpr (kCausal) masked = masked || col > row + seqlen_k - seqlen_q;
-                if (masked) s[mt][nb][e] = neg_inf();
+        for (int h = 0; h < 2; ++h) {
+            int first_hidden = seqlen_k - col0;
+            if constexpr (kCausal) {
+                const int row = row0 + mt * 16 + (lane >> 2) + h * 8;
+                first_hidden = min(first_hidden, row + seqlen_k - seqlen_q + 1 - col0);
             }
+#pragma unroll
+            for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (nb * 8 + e >= first_hidden) s[mt][nb][2 * h + e] = neg_inf();
+        }
 }
 
 template <bool kCausal, int kBlockM, int kBlockN>
