@@ -359,52 +359,45 @@ class Runtime:
         if handle and lib is not None:
             lib.rtattn_runtime_destroy(handle)
 
-    def get(self, config: Optional[AttentionConfig] = None, **fields) -> Kernel:
-        """Compiles or loads the config's kernel into the current CUDA context (needs a GPU)."""
+    def _kernel_info(self, c_call, config: Optional[AttentionConfig], fields: dict) -> KernelInfo:
+        """One of the C calls that fill a KernelInfo for a config (precompile, plan, and their backward twins)."""
+        c = _as_config(config, fields)._to_c()
+        i = _lib.KernelInfo()
+        lib.rtattn_kernel_info_init(ctypes.byref(i))
+        _check(c_call(self._handle, ctypes.byref(c), ctypes.byref(i)))
+        return KernelInfo._from_c(i)
+
+    def _kernel_handle(self, c_call, config: Optional[AttentionConfig], fields: dict) -> ctypes.c_void_p:
+        """One of the C calls that compile or load a config's kernels and hand back a handle (get, get_backward)."""
         c = _as_config(config, fields)._to_c()
         handle = ctypes.c_void_p()
-        _check(lib.rtattn_runtime_get(self._handle, ctypes.byref(c), ctypes.byref(handle)))
-        return Kernel(handle)
+        _check(c_call(self._handle, ctypes.byref(c), ctypes.byref(handle)))
+        return handle
+
+    def get(self, config: Optional[AttentionConfig] = None, **fields) -> Kernel:
+        """Compiles or loads the config's kernel into the current CUDA context (needs a GPU)."""
+        return Kernel(self._kernel_handle(lib.rtattn_runtime_get, config, fields))
 
     def precompile(self, config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
         """Makes sure the config's cubin (an explicit arch) is in the disk cache; needs no GPU. CacheError when it
         was compiled but could not be stored."""
-        c = _as_config(config, fields)._to_c()
-        i = _lib.KernelInfo()
-        lib.rtattn_kernel_info_init(ctypes.byref(i))
-        _check(lib.rtattn_runtime_precompile(self._handle, ctypes.byref(c), ctypes.byref(i)))
-        return KernelInfo._from_c(i)
+        return self._kernel_info(lib.rtattn_runtime_precompile, config, fields)
 
     def plan(self, config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
         """The plan for a config, compiling nothing (registers and spill_bytes are -1)."""
-        c = _as_config(config, fields)._to_c()
-        i = _lib.KernelInfo()
-        lib.rtattn_kernel_info_init(ctypes.byref(i))
-        _check(lib.rtattn_runtime_plan(self._handle, ctypes.byref(c), ctypes.byref(i)))
-        return KernelInfo._from_c(i)
+        return self._kernel_info(lib.rtattn_runtime_plan, config, fields)
 
     def get_backward(self, config: Optional[AttentionConfig] = None, **fields) -> BackwardKernel:
         """Compiles or loads the config's backward kernels into the current CUDA context (needs a GPU)."""
-        c = _as_config(config, fields)._to_c()
-        handle = ctypes.c_void_p()
-        _check(lib.rtattn_runtime_get_backward(self._handle, ctypes.byref(c), ctypes.byref(handle)))
-        return BackwardKernel(handle)
+        return BackwardKernel(self._kernel_handle(lib.rtattn_runtime_get_backward, config, fields))
 
     def precompile_backward(self, config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
         """precompile() for the config's backward kernels (their own cache entry)."""
-        c = _as_config(config, fields)._to_c()
-        i = _lib.KernelInfo()
-        lib.rtattn_kernel_info_init(ctypes.byref(i))
-        _check(lib.rtattn_runtime_precompile_backward(self._handle, ctypes.byref(c), ctypes.byref(i)))
-        return KernelInfo._from_c(i)
+        return self._kernel_info(lib.rtattn_runtime_precompile_backward, config, fields)
 
     def plan_backward(self, config: Optional[AttentionConfig] = None, **fields) -> KernelInfo:
         """The backward plan for a config, compiling nothing."""
-        c = _as_config(config, fields)._to_c()
-        i = _lib.KernelInfo()
-        lib.rtattn_kernel_info_init(ctypes.byref(i))
-        _check(lib.rtattn_runtime_plan_backward(self._handle, ctypes.byref(c), ctypes.byref(i)))
-        return KernelInfo._from_c(i)
+        return self._kernel_info(lib.rtattn_runtime_plan_backward, config, fields)
 
     def stats(self) -> CacheStats:
         s = _lib.CacheStats()
