@@ -111,7 +111,24 @@ TEST_CASE("the warp-specialized kernel adds a producer warpgroup and its barrier
     CHECK(ws.smem_bytes == coop.smem_bytes + 4 * 2 * 8);  // K/V full/empty barriers per stage
     CHECK(ws.kernel().find("ping-pong") != std::string::npos);
     CHECK_THROWS_AS(plan(cfg(128, "sm_90a"), "128,128,8,1,1,0,2"), rtattn::ConfigError);  // the overlap needs 2 stages
-    CHECK(!producer(plan(cfg(128, "sm_80"), "128,128,8,1,2,0,2")));  // an mma.sync plan ignores the schedule field
+    CHECK_THROWS_AS(plan(cfg(128, "sm_80"), "128,128,8,1,2,0,2"), rtattn::ConfigError);  // mma.sync: 0..1
+}
+
+TEST_CASE("mma.sync: FA2's 4-warp shape loads K and V apart, for head dims that load in 16-byte vectors", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_90"})
+        for (int d = 65; d <= 128; ++d) {
+            CAPTURE(arch, d);
+            const auto p = plan(cfg(d, arch));
+            CHECK(p.kv_apart == (d % 8 == 0));  // narrower vectors' loads need registers this shape does not have
+            if (p.kv_apart) CHECK((p.warps == 4 && p.m_tiles == 2 && p.block_n == 64));
+            CHECK((p.kernel().find("apart") != std::string::npos) == p.kv_apart);  // bench and info say so
+        }
+    CHECK(!plan(cfg(64, "sm_80")).kv_apart);
+    CHECK(!plan(cfg(136, "sm_80")).kv_apart);
+    CHECK(!plan(cfg(128, "sm_90a")).kv_apart);  // the wgmma families have their own pipelines
+    CHECK(!plan(cfg(128, "sm_80"), "128,64,4,2,2,0,0").kv_apart);  // the override's schedule field
+    CHECK(plan(cfg(64, "sm_80"), "128,64,4,2,2,0,1").kv_apart);
+    CHECK(!plan(cfg(128, "sm_90a"), "128,128,8,1,2,0,1").kv_apart);
 }
 
 TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the tail panel fits", "[plan]") {

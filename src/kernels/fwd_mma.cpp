@@ -18,11 +18,14 @@ public:
     int smem_bytes(const plan::KernelPlan& p) const override {
         return geometry::fwd_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
     }
-    std::string describe(const plan::KernelPlan&) const override { return "mma.sync"; }
+    std::string describe(const plan::KernelPlan& p) const override {
+        return p.kv_apart ? "mma.sync, K and V loaded apart" : "mma.sync";
+    }
     render::StubSpec stub(const plan::KernelPlan& p) const override {
         render::StubSpec s = forward_stub(p, "fwd/mma.cuh", "FwdShape", "const rtattn::FwdParams params", "flash_fwd");
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back({"bool", "kQInRegs", p.q_in_regs ? "true" : "false"});
+        s.traits.push_back({"bool", "kKVApart", p.kv_apart ? "true" : "false"});
         return s;
     }
     void launch(const ForwardLaunch& l) const override {

@@ -137,7 +137,7 @@ public:
     // vs 525-566/540-543, d256 629-647/693-697 vs 659-675/700-701; d80, d160, d192 within noise).
     void settle(plan::KernelPlan& p) const override {
         p.m_tiles = 1;
-        p.q_in_regs = false;
+        p.q_in_regs = p.kv_apart = false;
         const auto flags = [&] {
             p.split_rows = p.swizzle && geometry::split_rows_fit(p.head_dim_qk, p.head_dim_v);
             p.wide_v = p.wide_v && p.swizzle && p.pad_v % 16 == 8 &&

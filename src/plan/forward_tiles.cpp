@@ -25,9 +25,11 @@ struct TileRow {
     int m_tiles = 1;           // fwd_mma: 16-row MMA tiles per warp: more reuse each K/V fragment, at a register cost
     int stages = 2;            // K/V ring depth
     bool q_in_regs = false;    // fwd_mma: Q fragments loaded once into registers (vs. re-read every K tile)
+    bool kv_apart = false;     // fwd_mma: K and V of a block in two load groups, V issued after the softmax
     bool swizzle = false;      // Hopper: swizzled column panels (else interleaved 8x8 cores throughout)
     bool ping_pong = false;    // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
     int pv_step = 8;           // head_dim_v is padded to a multiple of this: 8 (the MMA's n step), or 16
+    bool whole_vectors = false;  // serves only head dims that load in 16-byte vectors (multiples of 8)
     const char* why;
 };
 
@@ -74,9 +76,16 @@ constexpr TileRow kTiles[] = {
     // Every arch: mma.sync m16n8k16.
     {.family = fwd_mma, .max_pad = 64, .block_m = 128, .block_n = 64, .warps = 4, .m_tiles = 2, .q_in_regs = true,
      .why = "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
+    {.family = fwd_mma, .max_pad = 128, .block_m = 128, .block_n = 64, .warps = 4, .m_tiles = 2, .kv_apart = true,
+     .whole_vectors = true,
+     .why = "d<=128, multiples of 8: FlashAttention-2's shape, 4 warps x 32 rows (each K/V fragment feeds two "
+            "m-tiles), K and V loaded apart (together it spills 20 bytes at d128): d128 338-345/308-316 TFLOPS vs "
+            "291/292 with the 8-warp row below, d120 315/292 vs 270/273, d96 307/303 vs 264/257, d80 283/273 vs "
+            "240/238. Narrower vectors' loads need registers this shape does not have (spills). Loading apart costs "
+            "a barrier: 8-warp rows ran 11-17% slower with it, the d<=64 row 4%"},
     {.family = fwd_mma, .max_pad = 144, .block_m = 128, .block_n = 128, .warps = 8, .q_in_regs = true,
-     .why = "d<=144: 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments in registers; 128-key tiles halve "
-            "the per-tile softmax and barrier overhead (+12% over 64 at d128)"},
+     .why = "d<=144 (d<=128 where not a multiple of 8): 8 warps x 16 rows keep O (<=72 fp32/thread) and Q fragments "
+            "in registers; 128-key tiles halve the per-tile softmax and barrier overhead (+12% over 64 at d128)"},
     {.family = fwd_mma, .max_pad = 192, .block_m = 128, .block_n = 64, .warps = 8,
      .why = "d<=192: O needs up to 96 fp32/thread, so Q is re-read from shared memory instead of pinned in registers"},
     {.family = fwd_mma, .max_pad = 256, .block_m = 128, .block_n = 64, .warps = 8,
@@ -96,7 +105,7 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a) {
     const int widest = std::max(p.pad_qk, p.pad_v);
     const TileRow* row = nullptr;
     for (const auto& r : kTiles)
-        if (r.family().runs_on(a) && widest <= r.max_pad) {
+        if (r.family().runs_on(a) && widest <= r.max_pad && (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8))) {
             row = &r;
             break;
         }
@@ -110,6 +119,7 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a) {
     p.m_tiles = row->m_tiles;
     p.stages = row->stages;
     p.q_in_regs = row->q_in_regs;
+    p.kv_apart = row->kv_apart;
     p.swizzle = row->swizzle;
     p.ping_pong = row->ping_pong;
     p.pv_step = row->pv_step;
@@ -138,7 +148,9 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     static constexpr const char* kFields[] = {"block_m",   "block_n",  "warps",   "m_tiles", "stages",
                                               "q_in_regs", "schedule", "swizzle", "pv_step", "wide_v"};
     const bool hopper = p.family != &fwd_mma();
-    const int schedule = p.family == &fwd_sm90_ws() ? (p.ping_pong ? 2 : 1) : 0;
+    // schedule: on Hopper the family (0 cooperative, 1 warp-specialized, 2 with ping-pong); on mma.sync, whether a
+    // block's K and V load apart (1) or together (0).
+    const int schedule = p.family == &fwd_sm90_ws() ? (p.ping_pong ? 2 : 1) : hopper ? 0 : p.kv_apart ? 1 : 0;
     int v[10] = {0, 0, 0, 0, 0, 0, schedule, p.swizzle ? 1 : 0, p.pv_step, p.wide_v ? 1 : 0};
     // Every field a whole decimal number that fits, nothing after the last: a typo is an error, never a default.
     std::size_t n = 0, at = 0;
@@ -168,9 +180,9 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     if (hopper && (mt != 1 || w % 4 != 0 || qr != 0))
         throw ConfigError(field, "the wgmma kernel needs m_tiles 1, whole warpgroups (warps 4, 8, 12, 16) and Q in "
                                  "shared memory (q_in_regs 0)");
-    if (sched < 0 || sched > 2 || (sched > 0 && hopper && (w > 12 || st < 2)))
-        throw ConfigError(field, fmt::format("schedule ({}) must be 0..2; 1 and 2 (wgmma only, ignored by mma.sync "
-                                             "plans) need at most 12 MMA warps and 2+ stages",
+    if (sched < 0 || sched > (hopper ? 2 : 1) || (sched > 0 && hopper && (w > 12 || st < 2)))
+        throw ConfigError(field, fmt::format("schedule ({}) must be 0..2 for wgmma plans (1 and 2 need at most 12 MMA "
+                                             "warps and 2+ stages) and 0..1 for mma.sync plans (1: K and V load apart)",
                                              sched));
     if (pv != 8 && pv != 16) throw ConfigError(field, fmt::format("pv_step ({}) must be 8 or 16", pv));
     for (const auto& [name, flag] : {std::pair{"q_in_regs", qr}, {"swizzle", sw}, {"wide_v", wide}})
@@ -182,6 +194,7 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     // schedule picks the Hopper family: 0 cooperative, 1 warp-specialized, 2 warp-specialized with ping-pong.
     if (hopper) p.family = sched == 0 ? &kernels::fwd_sm90() : &fwd_sm90_ws();
     p.ping_pong = hopper && sched == 2;
+    p.kv_apart = !hopper && sched == 1;
     p.swizzle = hopper && sw != 0;
     p.reason = fmt::format("{} override ({})", field, util::escaped(text));
 }

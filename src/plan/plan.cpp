@@ -106,6 +106,7 @@ std::string plan_json(const KernelPlan& p) {
     j["stages"] = p.stages;
     j["m_tiles"] = p.m_tiles;
     j["q_in_regs"] = p.q_in_regs;
+    j["kv_apart"] = p.kv_apart;
     j["swizzle"] = p.swizzle;
     j["ping_pong"] = p.ping_pong;
     j["split_rows"] = p.split_rows;

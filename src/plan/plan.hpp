@@ -29,6 +29,7 @@ struct KernelPlan {
     // Knobs a family reads; a family's settle() leaves the others at these defaults.
     int m_tiles = 1;          // fwd_mma: 16-row MMA tiles per warp
     bool q_in_regs = false;   // fwd_mma: Q fragments loaded once into registers
+    bool kv_apart = false;    // fwd_mma: a block's K and V loaded as two cp.async groups, V after the softmax
     bool swizzle = false;     // Hopper families: swizzled column panels (else interleaved 8x8 cores)
     bool ping_pong = false;   // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
     // fwd_sm90_ws, head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and 8-byte aligned

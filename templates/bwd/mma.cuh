@@ -10,11 +10,13 @@
 //   postprocess dQ = accumulator * scale, to the dtype and the caller's strides.
 //
 // Head dims are padded to 16 (both are the k of an MMA here: QK^T reduces over d_qk, dO V^T over d_v); padded
-// columns are zero in shared memory and never stored. Query rows past seqlen_q carry LSE = +inf, so their P is 0
-// and they add nothing; key rows past seqlen_k are zero and masked.
+// columns are zero in shared memory and never stored. Query rows past seqlen_q (and rows that see no key) carry
+// LSE = +inf, so their P is 0 and they add nothing; key rows past seqlen_k are zero and masked. A masked score is
+// -inf, so its P is exp2(-inf) = 0 with no select per element.
 #pragma once
 #include "common/geometry.h"
 #include "common/load.cuh"
+#include "common/mask.cuh"
 #include "common/params.h"
 #include "common/ptx.cuh"
 #include "common/warp_gemm.cuh"
@@ -227,10 +229,14 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     const int steps_per_head = m_blocks - m_begin;
     const int steps = steps_per_head * p.q_per_kv;
 
-    // Loads step `i`'s Q, dO, LSE and D into stage buffer `st` (cp.async; the caller commits).
-    auto load_step = [&](int i, int st) {
-        const int head = kv_head * p.q_per_kv + i / steps_per_head;
-        const int m0 = (m_begin + i % steps_per_head) * T::kBlockM;
+    // Step i is query block m_begin + i % steps_per_head of the group's query head i / steps_per_head: both are
+    // counted along (a division per step costs ~20 integer instructions).
+    auto next_step = [&](int& head, int& m_block) {
+        if (++m_block == m_blocks) m_block = m_begin, ++head;
+    };
+    // Loads query block m_block of `head` (Q, dO, LSE and D) into stage buffer `st` (cp.async; the caller commits).
+    auto load_step = [&](int head, int m_block, int st) {
+        const int m0 = m_block * T::kBlockM;
         const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
                         (long long)m0 * p.q_seq_stride;
         const u16* gdO = static_cast<const u16*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
@@ -247,7 +253,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
             ptx::cp_async<4>(ptx::smem_u32(sD0 + st * T::kBlockM + tid), p.delta + ws + tid, true);
         }
     };
-    if (steps > 0) load_step(0, 0);
+    int head = kv_head * p.q_per_kv, m_block = m_begin;  // step i's
+    if (steps > 0) load_step(head, m_block, 0);
     ptx::cp_async_commit();  // K, V and the first step
 
     // Warp roles: (sm, sn) for S and dP, (kn, kd) for dK and dV, (qm, qd) for dQ.
@@ -262,10 +269,12 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     warp::zero(acc_dv);
     const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV), aP = ptx::smem_u32(sP), adS = ptx::smem_u32(sdS);
 
-    for (int i = 0; i < steps; ++i) {
+    for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
         const int st = T::kStages > 1 ? i % T::kStages : 0;
-        const int head = kv_head * p.q_per_kv + i / steps_per_head;
-        const int m0 = (m_begin + i % steps_per_head) * T::kBlockM;
+        const int m0 = m_block * T::kBlockM;
+        // The next step's load (issued below): its head and query block.
+        int next_head = head, next_m_block = m_block;
+        next_step(next_head, next_m_block);
         const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
         const u32 aQ = ptx::smem_u32(sQ0 + st * T::kBlockM * S::kStrideQK);
         const u32 adO = ptx::smem_u32(sdO0 + st * T::kBlockM * S::kStrideV);
@@ -289,9 +298,11 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         u32 p16[kSdpMI][S::kSdpNP * 2][2];
         {
             float s[kSdpMI][S::kSdpNP * 2][4];
-            warp::zero(s);
-            warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false>(
+            warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
                 s, aQ, S::kStrideQK, sm * S::kSdpM, aK, S::kStrideQK, sn * S::kSdpNP, 1, lane);
+            if (masked)
+                detail::mask_scores<T::kCausal>(s, n0 + sn * S::kSdpNP * 16, m0 + sm * S::kSdpM, lane, seqlen_q,
+                                                seqlen_k);
 #pragma unroll
             for (int mi = 0; mi < kSdpMI; ++mi) {
                 const int r_local = sm * S::kSdpM + 16 * mi + g;
@@ -301,12 +312,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                     const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
                     float pr[4];
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int row = m0 + r_local + (e >= 2 ? 8 : 0), col = n0 + c_local + (e & 1);
-                        const bool hidden =
-                            masked && (col >= seqlen_k || (T::kCausal && col > row + seqlen_k - seqlen_q));
-                        pr[e] = hidden ? 0.f : ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
-                    }
+                    for (int e = 0; e < 4; ++e) pr[e] = ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
                     p16[mi][nb][0] = ptx::pack2<T::kBF16>(pr[0], pr[1]);
                     p16[mi][nb][1] = ptx::pack2<T::kBF16>(pr[2], pr[3]);
                     store_rows(sP, r_local, c_local, p16[mi][nb][0], p16[mi][nb][1]);
@@ -317,8 +323,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         // dP = dO V^T, dS = P * (dP - D), to shared memory.
         {
             float dp[kSdpMI][S::kSdpNP * 2][4];
-            warp::zero(dp);
-            warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadV / 16, false, false>(
+            warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadV / 16, false, false, true>(
                 dp, adO, S::kStrideV, sm * S::kSdpM, aV, S::kStrideV, sn * S::kSdpNP, 1, lane);
 #pragma unroll
             for (int mi = 0; mi < kSdpMI; ++mi) {
@@ -340,7 +345,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         // The next step's tiles load during this step's last three GEMMs: issued here, after S and dP, so their
         // addresses do not share registers with S and dP.
         if constexpr (T::kStages > 1) {
-            if (i + 1 < steps) load_step(i + 1, (i + 1) % T::kStages);
+            if (i + 1 < steps) load_step(next_head, next_m_block, (i + 1) % T::kStages);
             ptx::cp_async_commit();
         }
 
@@ -354,7 +359,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         // One buffer: Q, dO, LSE and D are free once every warp is past dK, so the next step's load overlaps dQ.
         if constexpr (T::kStages == 1) {
             __syncthreads();
-            if (i + 1 < steps) load_step(i + 1, 0);
+            if (i + 1 < steps) load_step(next_head, next_m_block, 0);
             ptx::cp_async_commit();
         }
 
@@ -363,14 +368,15 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         // query block are 0..n_last (the causal mask is monotone; the same rule as m_begin above), and they add from
         // n_last down.
         int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
-        const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
-        const int n_last = T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
-                                      : n_keys_last;
-        const int my_turn = n_last - n_block;
+        auto my_turn = [&] {
+            const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
+            return (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
+                               : n_keys_last) - n_block;
+        };
         float* acc_tile = p.dq_accum + (ws_head + m0) * S::kDqStride;
         if (!T::kBulkDQ && p.deterministic) {
             if (tid == 0)
-                while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
+                while (*reinterpret_cast<volatile int*>(turn) != my_turn()) {
                 }
             __syncthreads();
             __threadfence();
@@ -379,8 +385,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         for (int chunk = 0; chunk < S::kDqChunks; ++chunk) {
             const int first_pair = qd + chunk * S::kDqChunkPairs * S::kDqWarpsD;
             float dq[kDqMI][S::kDqChunkPairs * 2][4];
-            warp::zero(dq);
-            warp::gemm<T::kBF16, kDqMI, S::kDqChunkPairs, S::kPairsQK, T::kBlockN / 16, false, true>(
+            warp::gemm<T::kBF16, kDqMI, S::kDqChunkPairs, S::kPairsQK, T::kBlockN / 16, false, true, true>(
                 dq, adS, S::kStrideN, qm * S::kDqM, aK, S::kStrideQK, first_pair, S::kDqWarpsD, lane);
 #pragma unroll
             for (int mi = 0; mi < kDqMI; ++mi)
@@ -415,7 +420,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
             __syncthreads();
             if (tid == 0) {
                 if (p.deterministic)
-                    while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
+                    while (*reinterpret_cast<volatile int*>(turn) != my_turn()) {
                     }
                 ptx::bulk_reduce_add_f32(acc_tile, ptx::smem_u32(sdQ), 4 * T::kBlockM * S::kDqStride);
                 ptx::bulk_commit();

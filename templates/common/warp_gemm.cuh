@@ -40,10 +40,16 @@ __device__ __forceinline__ void zero(float (&c)[kMI][kNB][4]) {
             for (int e = 0; e < 4; ++e) c[i][b][e] = 0.f;
 }
 
-// C[16*kMI x 16*kNP] += A[m0.., 0..16*kKSteps] B[0..16*kKSteps, pairs]; `a`, `b`: shared addresses of element (0, 0).
-// The k steps run four at a time in a rolled loop, the rest unrolled: a fully unrolled reduction over d = 256 lets
-// ptxas hoist every step's fragments at once and spill next to dK/dV's accumulators (d256 64x64, d128 64x128).
-template <bool kBF16, int kMI, int kNP, int kPairs, int kKSteps, bool kAStoredKM, bool kBStoredKN>
+template <bool kValue>
+struct FirstStep {
+    static constexpr bool value = kValue;
+};
+
+// C[16*kMI x 16*kNP] += A[m0.., 0..16*kKSteps] B[0..16*kKSteps, pairs] (kSet: C = A B, C's old value unread);
+// `a`, `b`: shared addresses of element (0, 0). The k steps run four at a time in a rolled loop, the rest unrolled: a
+// fully unrolled reduction over d = 256 lets ptxas hoist every step's fragments at once and spill next to dK/dV's
+// accumulators (d256 64x64, d128 64x128). kSet's first step is peeled: its MMAs take C from the zero register.
+template <bool kBF16, int kMI, int kNP, int kPairs, int kKSteps, bool kAStoredKM, bool kBStoredKN, bool kSet = false>
 __device__ __forceinline__ void gemm(float (&c)[kMI][kNP * 2][4], u32 a, int lda, int m0, u32 b, int ldb,
                                      int first_pair, int pair_step, int lane) {
     // Each lane's addresses are worked out once; inside the loop every ldmatrix is a base plus a constant (A block i
@@ -52,7 +58,7 @@ __device__ __forceinline__ void gemm(float (&c)[kMI][kNP * 2][4], u32 a, int lda
                                                                              : block_offset(lda, m0, 0));
     const u32 b_lane = b + lane_offset<!kBStoredKN>(ldb, lane) + (kBStoredKN ? block_offset(ldb, 0, 16 * first_pair)
                                                                               : block_offset(ldb, 16 * first_pair, 0));
-    auto step = [&](int kk) {
+    auto step = [&](int kk, auto first) {
         u32 af[kMI][4];
 #pragma unroll
         for (int i = 0; i < kMI; ++i) {
@@ -74,19 +80,26 @@ __device__ __forceinline__ void gemm(float (&c)[kMI][kNP * 2][4], u32 a, int lda
                     ptx::ldsm_x4(at, bf[0], bf[1], bf[2], bf[3]);
 #pragma unroll
                 for (int i = 0; i < kMI; ++i) {
-                    ptx::mma<kBF16>(c[i][2 * j], af[i], bf[0], bf[1]);
-                    ptx::mma<kBF16>(c[i][2 * j + 1], af[i], bf[2], bf[3]);
+                    if constexpr (decltype(first)::value) {
+                        ptx::mma_first<kBF16>(c[i][2 * j], af[i], bf[0], bf[1]);
+                        ptx::mma_first<kBF16>(c[i][2 * j + 1], af[i], bf[2], bf[3]);
+                    } else {
+                        ptx::mma<kBF16>(c[i][2 * j], af[i], bf[0], bf[1]);
+                        ptx::mma<kBF16>(c[i][2 * j + 1], af[i], bf[2], bf[3]);
+                    }
                 }
-            }
+            }  // a skipped pair's C is left as it was: callers skip that pair too
         }
     };
-    constexpr int kRolled = kKSteps / 4 * 4;
+    constexpr int kFirst = kSet ? 1 : 0;
+    if constexpr (kSet) step(0, FirstStep<true>{});
+    constexpr int kRolled = (kKSteps - kFirst) / 4 * 4;
 #pragma unroll 1
-    for (int k0 = 0; k0 < kRolled; k0 += 4)
+    for (int k0 = kFirst; k0 < kFirst + kRolled; k0 += 4)
 #pragma unroll
-        for (int k1 = 0; k1 < 4; ++k1) step(k0 + k1);
+        for (int k1 = 0; k1 < 4; ++k1) step(k0 + k1, FirstStep<false>{});
 #pragma unroll
-    for (int kk = kRolled; kk < kKSteps; ++kk) step(kk);
+    for (int kk = kFirst + kRolled; kk < kKSteps; ++kk) step(kk, FirstStep<false>{});
 }
 
 }  // namespace warp

@@ -23,7 +23,7 @@ namespace rtattn {
 //   kHeadDimQK, kHeadDimV   the real head dims
 //   kPadQK, kPadV           padded to 16 and 8
 //   kBF16, kCausal
-//   kBlockM, kBlockN, kWarps, kMTiles, kStages, kQInRegs
+//   kBlockM, kBlockN, kWarps, kMTiles, kStages, kQInRegs, kKVApart
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
 template <class T>
 struct FwdShape {
@@ -75,21 +75,31 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
     detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
 
-    auto load_kv = [&](int block, int slot) {
+    auto load_k = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
         detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
             sK + slot * S::kKElems, gK + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, tid, at_qk);
+    };
+    auto load_v = [&](int block, int slot) {
+        const int k0 = block * T::kBlockN;
         detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
             sV + slot * S::kVElems, gV + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, tid, at_v);
     };
 
-    // Group order: Q, then the first kStages-1 K/V blocks. Groups complete in order.
+    // Group order: Q, then the first kStages-1 blocks' K and V, one group per block or, with kKVApart, one for K
+    // and one for V; groups complete in order. In the loop, block j+kStages-1's K is issued at the top of iteration
+    // j, its V there too or (kKVApart) after the softmax: either way each load has an iteration to land. Apart, the
+    // two loads' address registers are never live at once (FA2's d128 shape, 128x64 on 4 warps, spilled 20 bytes
+    // otherwise), at the cost of a second barrier per block.
+    constexpr int kPending = (T::kKVApart ? 2 : 1) * (T::kStages - 1);  // groups issued after block j's K
     detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid,
                                                                       at_qk);
     ptx::cp_async_commit();
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
-        if (s < n_blocks) load_kv(s, s);
+        if (s < n_blocks) load_k(s, s);
+        if constexpr (T::kKVApart) ptx::cp_async_commit();
+        if (s < n_blocks) load_v(s, s);
         ptx::cp_async_commit();
     }
 
@@ -111,7 +121,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         ptx::ldsm_x4(q_lane + 2 * (mt * 16 * S::kStrideQK + kk * 16), a[0], a[1], a[2], a[3]);
     };
     if constexpr (T::kQInRegs) {
-        ptx::cp_async_wait<T::kStages - 1>();
+        ptx::cp_async_wait<kPending>();
         __syncthreads();
 #pragma unroll
         for (int mt = 0; mt < T::kMTiles; ++mt)
@@ -135,9 +145,12 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     for (int j = 0; j < n_blocks; ++j) {
         __syncthreads();  // every warp is done with the slot the next load overwrites
         const int j_load = j + T::kStages - 1;
-        if (j_load < n_blocks) load_kv(j_load, j_load % T::kStages);
+        if (j_load < n_blocks) {
+            load_k(j_load, j_load % T::kStages);
+            if constexpr (!T::kKVApart) load_v(j_load, j_load % T::kStages);
+        }
         ptx::cp_async_commit();
-        ptx::cp_async_wait<T::kStages - 1>();
+        ptx::cp_async_wait<kPending>();  // K (and V, unless apart) of block j has landed
         __syncthreads();
 
         const int slot = j % T::kStages;
@@ -145,14 +158,8 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         const u32 v_tile = v_lane + 2 * slot * S::kVElems;
         const int n0 = j * T::kBlockN;
 
-        // S = Q K^T for this warp's rows.
+        // S = Q K^T for this warp's rows (the first k-step sets S: no clearing).
         float s[T::kMTiles][kNB][4];
-#pragma unroll
-        for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-            for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < kKQ; ++kk) {
             u32 a_tmp[T::kMTiles][4];
@@ -167,8 +174,13 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
 #pragma unroll
                 for (int mt = 0; mt < T::kMTiles; ++mt) {
                     const u32(&a)[4] = T::kQInRegs ? q_frag[mt][T::kQInRegs ? kk : 0] : a_tmp[mt];
-                    ptx::mma<T::kBF16>(s[mt][2 * np], a, b0, b1);
-                    ptx::mma<T::kBF16>(s[mt][2 * np + 1], a, b2, b3);
+                    if (kk == 0) {
+                        ptx::mma_first<T::kBF16>(s[mt][2 * np], a, b0, b1);
+                        ptx::mma_first<T::kBF16>(s[mt][2 * np + 1], a, b2, b3);
+                    } else {
+                        ptx::mma<T::kBF16>(s[mt][2 * np], a, b0, b1);
+                        ptx::mma<T::kBF16>(s[mt][2 * np + 1], a, b2, b3);
+                    }
                 }
             }
         }
@@ -176,6 +188,12 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
             detail::mask_scores<T::kCausal>(s, n0, q0 + warp_row0, lane, seqlen_q, seqlen_k);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
+        if constexpr (T::kKVApart) {
+            if (j_load < n_blocks) load_v(j_load, j_load % T::kStages);
+            ptx::cp_async_commit();
+            ptx::cp_async_wait<kPending>();  // V of block j has landed
+            __syncthreads();
+        }
 
         // O += P V: P never leaves registers.
 #pragma unroll
