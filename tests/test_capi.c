@@ -320,6 +320,74 @@ static void test_thread_local(void) {
     CHECK(strcmp(rtattn_last_error_field(), "head_dim_qk") == 0);
 }
 
+/* Decode: config fields, the plan without a GPU, and with a GPU the split count, the workspace and refused calls
+ * (every call below fails validation before a launch, so the pointers are never dereferenced). */
+static void test_decode(void) {
+    rtattn_runtime_options o;
+    rtattn_runtime* rt = NULL;
+    rtattn_kernel_info info;
+    rtattn_config c;
+    rtattn_kernel* k = NULL;
+    rtattn_status s;
+
+    rtattn_config_init(&c);
+    CHECK(c.decode == 0 && c.paged_kv == 0);
+    c.decode = 2;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "decode");
+    c.decode = 0, c.paged_kv = 1;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "paged_kv");
+    c.decode = 1, c.num_heads_q = 32, c.num_heads_kv = 8, c.arch = "sm_80";
+    rtattn_runtime_options_init(&o);
+    o.cache_dir = cache_dir;
+    CHECK(rtattn_runtime_create(&o, &rt) == RTATTN_OK);
+    rtattn_kernel_info_init(&info);
+    CHECK(rtattn_runtime_plan(rt, &c, &info) == RTATTN_OK && strstr(info.kernel, "paged") != NULL);
+    CHECK_FAILS(rtattn_runtime_plan_backward(rt, &c, &info), RTATTN_ERROR_CONFIG, "decode");
+
+    c.arch = NULL;
+    s = rtattn_runtime_get(rt, &c, &k);
+    if (s == RTATTN_OK) {
+        rtattn_forward_args a;
+        size_t ws = 1;
+        int32_t splits = 0;
+        static int32_t fake[64] __attribute__((aligned(256)));
+        CHECK(rtattn_kernel_num_splits(k, 64, 1, 4096, 0, &splits) == RTATTN_OK && splits == 1);
+        CHECK(rtattn_kernel_workspace_bytes(k, 64, 1, 4096, 0, &ws) == RTATTN_OK && ws == 0);
+        CHECK(rtattn_kernel_num_splits(k, 1, 1, 131072, 0, &splits) == RTATTN_OK && splits > 8);
+        CHECK(rtattn_kernel_workspace_bytes(k, 1, 1, 131072, 0, &ws) == RTATTN_OK && ws > 0);
+        CHECK(rtattn_kernel_num_splits(k, 1, 1, 131072, 5, &splits) == RTATTN_OK && splits == 5);
+
+        rtattn_forward_args_init(&a);
+        a.q = rtattn_tensor_contiguous(fake, 1, 32, 128);
+        a.o = rtattn_tensor_contiguous(fake, 1, 32, 128);
+        a.k = a.v = rtattn_tensor_contiguous(fake, 16, 8, 128);
+        a.batch = 2, a.seqlen_q = 17, a.seqlen_k = 100;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "seqlen_q");
+        a.seqlen_q = 1, a.page_size = 3;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "page_size");
+        a.page_size = 16;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "block_table");
+        a.block_table = fake, a.pages_per_seq = 4, a.block_table_stride = 4;  /* 64 tokens < seqlen_k 100 */
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "seqlen_k");
+        a.pages_per_seq = 7, a.block_table_stride = 8, a.num_splits = 129;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "num_splits");
+        a.num_splits = 2;  /* two splits need a workspace */
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "workspace");
+        rtattn_kernel_release(k);
+        /* A prefill kernel refuses the decode-only fields instead of ignoring them. */
+        c.decode = 0, c.paged_kv = 0;
+        CHECK(rtattn_runtime_get(rt, &c, &k) == RTATTN_OK);
+        a.seqlen_q = 16, a.seqlen_k = 16, a.page_size = 0, a.pages_per_seq = 0, a.num_splits = 0;
+        a.q = a.o = rtattn_tensor_contiguous(fake, 16, 32, 128);
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "block_table");
+        rtattn_kernel_release(k);
+        printf("test_capi: a GPU is present; decode splits, workspace and refused calls ran\n");
+    } else {
+        CHECK(s == RTATTN_ERROR_CONFIG && strcmp(rtattn_last_error_field(), "arch") == 0);
+    }
+    rtattn_runtime_destroy(rt);
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_capi CACHE_DIR\n");
@@ -331,6 +399,7 @@ int main(int argc, char** argv) {
     test_text();
     test_runtime();
     test_backward();
+    test_decode();
     test_thread_local();
     printf("test_capi: %d checks, %d failed\n", checks, failures);
     return failures == 0 ? 0 : 1;

@@ -34,6 +34,16 @@ rtattn::compile::Compiled build_backward(int d, const char* arch, rtattn::Dtype 
     c.causal = causal;
     return rtattn::compile::compile(rtattn::kernels::render_backward(rtattn::plan::plan_backward(c)), arch);
 }
+rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt, bool causal, bool paged) {
+    AttentionConfig c;
+    c.head_dim_qk = d;
+    c.arch = arch;
+    c.dtype = dt;
+    c.causal = causal;
+    c.decode = true;
+    c.paged_kv = paged;
+    return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
+}
 
 // The ptxas figures of each backward entry; the main kernel's registers come back for the report.
 int check_backward_entries(const rtattn::compile::Compiled& out) {
@@ -127,11 +137,12 @@ TEST_CASE("ptxas report parsing", "[compile]") {
 // Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path
 // Hopper runs until its own backward family exists); dtype and causal alternate with d. In parallel. Hidden by
 // default: ctest runs it as its own test, test_compile_sweep.
-TEST_CASE("every head dim 1..256 compiles without spills, forward and backward", "[.sweep]") {
+TEST_CASE("every head dim 1..256 compiles without spills, forward, backward and decode", "[.sweep]") {
+    enum Kind { forward, backward, decode };
     struct Job {
         int d;
         const char* arch;
-        bool backward;
+        Kind kind;
     };
     struct Result {
         Job job;
@@ -139,8 +150,9 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward and backward",
     };
     std::vector<Job> jobs;
     for (int d = 1; d <= 256; ++d) {
-        for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, false});
-        for (const char* arch : {"sm_80", "sm_90"}) jobs.push_back({d, arch, true});
+        for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, forward});
+        for (const char* arch : {"sm_80", "sm_90"}) jobs.push_back({d, arch, backward});
+        for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, decode});
     }
     std::atomic<size_t> next{0};
     std::mutex mu;
@@ -151,20 +163,27 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward and backward",
             const auto dt = job.d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16;
             const bool causal = job.d % 3 == 0;
             Result r{job, 0, 0, 0};
-            if (!job.backward) {
-                const auto out = build(job.d, job.arch, dt, causal);
-                r.spills = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
-                r.stack = out.ptxas.stack_bytes;
-                r.regs = out.ptxas.registers;
-            } else {
-                const auto out = build_backward(job.d, job.arch, dt, causal);
+            auto entries = [&](const rtattn::compile::Compiled& out, std::initializer_list<const char*> names) {
                 r.regs = 255;
-                for (const char* entry : {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"}) {
+                for (const char* entry : names) {
                     const auto e = rtattn::compile::parse_ptxas(out.log, entry);
                     r.spills += e.spill_store_bytes + e.spill_load_bytes;
                     r.stack += e.stack_bytes;
                     r.regs = std::min(r.regs, e.registers);  // -1 (not found) fails below
                 }
+            };
+            if (job.kind == forward) {
+                const auto out = build(job.d, job.arch, dt, causal);
+                r.spills = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
+                r.stack = out.ptxas.stack_bytes;
+                r.regs = out.ptxas.registers;
+            } else if (job.kind == decode) {
+                // Paged caches for d % 4 in {0, 1}, dense for the rest: each dtype and mask meets both.
+                entries(build_decode(job.d, job.arch, dt, causal, job.d % 4 < 2),
+                        {"rtattn_fwd_kernel", "rtattn_dec_combine"});
+            } else {
+                entries(build_backward(job.d, job.arch, dt, causal),
+                        {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"});
             }
             std::lock_guard<std::mutex> lock(mu);
             results.push_back(r);
@@ -175,7 +194,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward and backward",
     for (auto& t : threads) t.join();
     REQUIRE(results.size() == jobs.size());
     for (const auto& r : results) {
-        CAPTURE(r.job.d, r.job.arch, r.job.backward, r.regs);
+        CAPTURE(r.job.d, r.job.arch, int(r.job.kind), r.regs);
         CHECK(r.regs > 0);
         CHECK(r.spills == 0);
         CHECK(r.stack == 0);

@@ -108,6 +108,11 @@ TEST_CASE("JSON round trip is exact", "[config]") {
     b.head_dim_qk = 132;
     CHECK(AttentionConfig::from_json(b.to_json()) == b);
     CHECK(b.to_json() == AttentionConfig::from_json(b.to_json()).to_json());
+    AttentionConfig d;  // the serving fields
+    d.decode = true;
+    d.paged_kv = true;
+    CHECK(AttentionConfig::from_json(d.to_json()) == d);
+    CHECK(AttentionConfig::from_json(R"({"head_dim": 64})").decode == false);
 }
 
 // The field and message from_json's ConfigError names, or "<no error>" for both.
@@ -156,4 +161,21 @@ TEST_CASE("JSON error messages echo values as written, escaped and short", "[con
     CHECK(huge.find("(1048576 bytes)") != std::string::npos);
     const std::string key = message_of("{\"head_dim\":64,\"x\\u001by\":1}");
     for (const char ch : key) CHECK((ch >= 0x20 && ch < 0x7f));
+}
+
+TEST_CASE("decode and paged_kv: booleans, and a paged cache needs the decode kernels", "[config]") {
+    AttentionConfig c;
+    c.paged_kv = true;
+    try {
+        c.validate();
+        FAIL("a paged cache without decode was accepted");
+    } catch (const ConfigError& e) {
+        CHECK(e.field() == "paged_kv");
+        CHECK(std::string(e.what()).find("needs decode") != std::string::npos);
+    }
+    c.decode = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.describe().find("decode paged") != std::string::npos);
+    CHECK(json_error(R"({"head_dim": 64, "decode": 1})").first == "decode");
+    CHECK(json_error(R"({"head_dim": 64, "paged_kv": true})").first == "paged_kv");
 }

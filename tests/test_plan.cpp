@@ -6,6 +6,7 @@
 #include "catch.hpp"
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
+#include "plan/backward.hpp"
 #include "plan/plan.hpp"
 #include "core/errors.hpp"
 
@@ -210,4 +211,34 @@ TEST_CASE("plan refuses what it cannot serve, naming the field", "[plan]") {
     CHECK(field_of(cfg(257, "sm_90a")) == "head_dim_qk");
     CHECK(field_of(cfg(128, "")) == "arch");
     CHECK(field_of(cfg(128, "sm_100")) == "arch");
+}
+
+TEST_CASE("decode configs plan from the decode table on every arch, and have no backward", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
+        for (int d : {1, 64, 100, 128, 132, 192, 256})
+            for (bool paged : {false, true}) {
+                AttentionConfig c = cfg(d, arch);
+                c.decode = true;
+                c.paged_kv = paged;
+                const KernelPlan p = plan(c);
+                CAPTURE(arch, d, paged);
+                CHECK(p.family == &rtattn::kernels::dec_mma());
+                CHECK(p.paged_kv == paged);
+                CHECK(p.pad_v % 16 == 0);  // V pads to whole 16-column pairs in decode
+                CHECK(p.block_m == 16 * p.m_tiles);
+                CHECK(p.block_n % (16 * p.warps) == 0);  // every warp takes whole 16-key steps
+                CHECK(p.stages >= 2);
+                CHECK(p.smem_bytes <= rtattn::arch::get(arch).smem_optin);
+                CHECK(!p.reason.empty());
+            }
+    AttentionConfig c = cfg(128, "sm_90");
+    c.decode = true;
+    try {
+        rtattn::plan::plan_backward(c);
+        FAIL("a decode config got a backward plan");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "decode");
+    }
+    // A prefill tile override does not reach the decode table, and the plan says so.
+    CHECK(plan(c, "128,64,4,2,2,0").reason.find("not applied") != std::string::npos);
 }

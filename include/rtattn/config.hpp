@@ -25,6 +25,8 @@ struct AttentionConfig {
     int num_heads_kv = 1;               // >= 1 (1 = MQA, < num_heads_q = GQA)
     std::optional<double> softmax_scale;  // > 0 and finite; default 1/sqrt(head_dim_qk)
     std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
+    bool decode = false;                // 1..16 query tokens per sequence against a KV cache (split-KV decode)
+    bool paged_kv = false;              // K and V in a paged cache with a block table (needs decode)
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }
@@ -42,7 +44,8 @@ struct AttentionConfig {
     friend bool operator==(const AttentionConfig& a, const AttentionConfig& b) {
         return a.head_dim_qk == b.head_dim_qk && a.head_dim_v == b.head_dim_v && a.dtype == b.dtype &&
                a.causal == b.causal && a.num_heads_q == b.num_heads_q && a.num_heads_kv == b.num_heads_kv &&
-               a.softmax_scale == b.softmax_scale && a.arch == b.arch;
+               a.softmax_scale == b.softmax_scale && a.arch == b.arch && a.decode == b.decode &&
+               a.paged_kv == b.paged_kv;
     }
     friend bool operator!=(const AttentionConfig& a, const AttentionConfig& b) { return !(a == b); }
 };
@@ -74,6 +77,8 @@ inline rtattn_config to_c(const AttentionConfig& c) {
     out.has_softmax_scale = c.softmax_scale.has_value();
     out.softmax_scale = c.softmax_scale.value_or(0);
     out.arch = c.arch.c_str();
+    out.decode = c.decode;
+    out.paged_kv = c.paged_kv;
     return out;
 }
 
@@ -87,6 +92,8 @@ inline AttentionConfig from_c(const rtattn_config& c) {
     out.num_heads_kv = c.num_heads_kv;
     if (c.has_softmax_scale) out.softmax_scale = c.softmax_scale;
     out.arch = str(c.arch);
+    out.decode = c.decode != 0;
+    out.paged_kv = c.paged_kv != 0;
     return out;
 }
 

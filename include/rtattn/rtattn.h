@@ -83,6 +83,8 @@ typedef struct rtattn_config {
     int32_t has_softmax_scale; /* 0: 1/sqrt(head_dim_qk) */
     double softmax_scale;      /* > 0 and finite */
     const char* arch;          /* "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL or "" = the current device */
+    int32_t decode;            /* 0 or 1: 1..16 query tokens per sequence against a KV cache (split-KV decode) */
+    int32_t paged_kv;          /* 0 or 1: K and V in a paged cache addressed through a block table (needs decode) */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -183,6 +185,19 @@ typedef struct rtattn_forward_args {
     rtattn_tensor o;  /* [batch, seqlen_q, heads_q, d_v], written */
     float* lse;       /* optional [batch, heads_q, seqlen_q] float32: natural-log sum-exp of the scaled scores */
     int32_t batch, seqlen_q, seqlen_k;
+    /* Decode configs only (config.decode): seqlen_q = query tokens per sequence (1..16), seqlen_k = the most keys a
+     * sequence has cached (it fixes the split count, so a captured graph stays valid as lengths change). */
+    const int32_t* seqlens_k;   /* device [batch]: keys cached per sequence (values above seqlen_k read as it); NULL:
+                                 * seqlen_k each */
+    /* Paged KV (config.paged_kv): k and v are [num_pages, page_size, heads_kv, dim]; batch_stride is the page
+     * stride. Token t of sequence b is in page block_table[b * block_table_stride + t / page_size]. */
+    const int32_t* block_table; /* device int32 [batch, block_table_stride] */
+    int64_t block_table_stride;
+    int32_t pages_per_seq;      /* the table's columns: pages_per_seq * page_size >= seqlen_k */
+    int32_t page_size;          /* 1, 2, 4, ..., 256 */
+    int32_t num_splits;         /* key splits per sequence, 1..128; 0: the library chooses */
+    void* workspace;            /* device, 256-byte aligned, rtattn_kernel_workspace_bytes(...) bytes (0 for prefill) */
+    size_t workspace_bytes;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);
@@ -195,6 +210,13 @@ RTATTN_API void rtattn_kernel_release(rtattn_kernel* kernel); /* NULL is fine */
  * allocates. RTATTN_ERROR_ARGUMENT names the bad argument (e.g. "q.seq_stride"). */
 RTATTN_API rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_forward_args* args,
                                                void* stream);
+/* The device workspace one forward call with these sizes needs (decode: the splits' partial results; 0 for the
+ * other kernels). num_splits 0: the library's choice, as rtattn_kernel_forward makes it. */
+RTATTN_API rtattn_status rtattn_kernel_workspace_bytes(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
+                                                       int32_t seqlen_k, int32_t num_splits, size_t* out);
+/* The number of key splits a decode call with these sizes runs (num_splits 0: the library's choice); 1 otherwise. */
+RTATTN_API rtattn_status rtattn_kernel_num_splits(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
+                                                  int32_t seqlen_k, int32_t num_splits, int32_t* out);
 RTATTN_API rtattn_status rtattn_kernel_get_info(const rtattn_kernel* kernel, rtattn_kernel_info* out);
 /* The kernel's config, arch resolved (out->arch owned by the kernel). */
 RTATTN_API rtattn_status rtattn_kernel_get_config(const rtattn_kernel* kernel, rtattn_config* out);

@@ -48,7 +48,23 @@ public:
         a.q = detail::to_c(args.q), a.k = detail::to_c(args.k), a.v = detail::to_c(args.v), a.o = detail::to_c(args.o);
         a.lse = args.lse;
         a.batch = args.batch, a.seqlen_q = args.seqlen_q, a.seqlen_k = args.seqlen_k;
+        a.seqlens_k = args.seqlens_k, a.block_table = args.block_table, a.block_table_stride = args.block_table_stride;
+        a.pages_per_seq = args.pages_per_seq, a.page_size = args.page_size, a.num_splits = args.num_splits;
+        a.workspace = args.workspace, a.workspace_bytes = args.workspace_bytes;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
+    }
+    // Device workspace one call with these sizes needs: the decode kernels' partial results per split (0 for the
+    // prefill kernels). num_splits 0: the library's choice, as forward() makes it.
+    std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const {
+        std::size_t n = 0;
+        detail::check(rtattn_kernel_workspace_bytes(handle(), batch, seqlen_q, seqlen_k, num_splits, &n));
+        return n;
+    }
+    // Key splits per sequence a decode call with these sizes runs (1 for the prefill kernels).
+    int num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const {
+        std::int32_t n = 0;
+        detail::check(rtattn_kernel_num_splits(handle(), batch, seqlen_q, seqlen_k, num_splits, &n));
+        return n;
     }
     const AttentionConfig& config() const { return state().config; }  // arch resolved
     const KernelInfo& info() const { return state().info; }

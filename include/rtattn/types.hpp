@@ -73,6 +73,22 @@ struct ForwardArgs {
     int seqlen_q = 0;
     int seqlen_k = 0;
 
+    // Decode configs (config.decode) only. seqlen_q is the query tokens per sequence (1..16) and seqlen_k the most
+    // keys any sequence has cached (host-known: it fixes the number of splits, so a CUDA graph captured with it stays
+    // valid while the lengths on the device change).
+    const std::int32_t* seqlens_k = nullptr;  // device [batch]: keys cached per sequence (<= seqlen_k; larger values
+                                              // are read as seqlen_k); null: every sequence has seqlen_k
+    // Paged KV (config.paged_kv): k and v are [num_pages, page_size, heads_kv, dim] caches, so their batch_stride is
+    // the page stride and seq_stride the token stride inside a page. Token t of sequence b lives in page
+    // block_table[b * block_table_stride + t / page_size], slot t % page_size.
+    const std::int32_t* block_table = nullptr;  // device [batch, block_table_stride] int32
+    std::int64_t block_table_stride = 0;        // elements between the table's rows (>= pages_per_seq)
+    int pages_per_seq = 0;                      // the table's columns: pages_per_seq * page_size >= seqlen_k
+    int page_size = 0;                          // tokens per page: 1, 2, 4, ..., 256
+    int num_splits = 0;                         // key splits per sequence (1..128); 0: the library chooses
+    void* workspace = nullptr;                  // device, 256-byte aligned: Kernel::workspace_bytes(...)
+    std::size_t workspace_bytes = 0;
+
     // Fills strides for a contiguous [batch, seq, head, dim] tensor.
     static TensorArg contiguous(const void* ptr, int seqlen, int heads, int dim) {
         return TensorArg{ptr, std::int64_t(seqlen) * heads * dim, std::int64_t(heads) * dim, dim};

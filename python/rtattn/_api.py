@@ -122,6 +122,8 @@ class AttentionConfig:
     num_heads_kv: Optional[int] = None     # None: num_heads_q (1 = MQA, fewer = GQA)
     softmax_scale: Optional[float] = None  # > 0; None: 1/sqrt(head_dim_qk)
     arch: str = ""                         # "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; "": the current device
+    decode: bool = False                   # 1..16 query tokens per sequence against a KV cache (split-KV decode)
+    paged_kv: bool = False                 # K and V in a paged cache with a block table (needs decode)
 
     def _to_c(self) -> "_lib.Config":
         c = _lib.Config()
@@ -132,9 +134,11 @@ class AttentionConfig:
         dtype = ctypes.c_int32(0)
         _check(lib.rtattn_dtype_from_string(str(self.dtype).encode(), ctypes.byref(dtype)))
         c.dtype = dtype.value
-        if not isinstance(self.causal, bool):
-            raise ConfigError(f"causal: {self.causal!r} is not True or False", "causal")
-        c.causal = int(self.causal)
+        for name in ("causal", "decode", "paged_kv"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}: {value!r} is not True or False", name)
+            setattr(c, name, int(value))
         c.num_heads_q = _int_field("num_heads_q", self.num_heads_q)
         kv = self.num_heads_q if self.num_heads_kv is None else self.num_heads_kv
         c.num_heads_kv = _int_field("num_heads_kv", kv)
@@ -149,7 +153,7 @@ class AttentionConfig:
                                dtype="bf16" if c.dtype == _lib.BF16 else "fp16", causal=bool(c.causal),
                                num_heads_q=c.num_heads_q, num_heads_kv=c.num_heads_kv,
                                softmax_scale=c.softmax_scale if c.has_softmax_scale else None,
-                               arch=_s(c.arch))
+                               arch=_s(c.arch), decode=bool(c.decode), paged_kv=bool(c.paged_kv))
 
     def validate(self) -> None:
         """Raises ConfigError naming the first bad field and its allowed range."""

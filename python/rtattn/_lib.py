@@ -25,7 +25,8 @@ _str = ctypes.c_char_p
 class Config(ctypes.Structure):
     _fields_ = [("struct_size", _size), ("head_dim_qk", _i32), ("has_head_dim_v", _i32), ("head_dim_v", _i32),
                 ("dtype", _i32), ("causal", _i32), ("num_heads_q", _i32), ("num_heads_kv", _i32),
-                ("has_softmax_scale", _i32), ("softmax_scale", _f64), ("arch", _str)]
+                ("has_softmax_scale", _i32), ("softmax_scale", _f64), ("arch", _str), ("decode", _i32),
+                ("paged_kv", _i32)]
 
 
 LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, _i32, _str)
@@ -57,7 +58,10 @@ class Tensor(ctypes.Structure):
 
 class ForwardArgs(ctypes.Structure):
     _fields_ = [("struct_size", _size), ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
-                ("lse", ctypes.c_void_p), ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32)]
+                ("lse", ctypes.c_void_p), ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32),
+                ("seqlens_k", ctypes.c_void_p), ("block_table", ctypes.c_void_p), ("block_table_stride", _i64),
+                ("pages_per_seq", _i32), ("page_size", _i32), ("num_splits", _i32), ("workspace", ctypes.c_void_p),
+                ("workspace_bytes", _size)]
 
 
 class BackwardArgs(ctypes.Structure):
@@ -104,6 +108,8 @@ _PROTOTYPES = {
     "rtattn_kernel_retain": (None, [_vp]),
     "rtattn_kernel_release": (None, [_vp]),
     "rtattn_kernel_forward": (_i32, [_vp, _P(ForwardArgs), _vp]),
+    "rtattn_kernel_workspace_bytes": (_i32, [_vp, _i32, _i32, _i32, _i32, _P(_size)]),
+    "rtattn_kernel_num_splits": (_i32, [_vp, _i32, _i32, _i32, _i32, _P(_i32)]),
     "rtattn_kernel_get_info": (_i32, [_vp, _P(KernelInfo)]),
     "rtattn_kernel_get_config": (_i32, [_vp, _P(Config)]),
     "rtattn_runtime_get_backward": (_i32, [_vp, _P(Config), _P(_vp)]),

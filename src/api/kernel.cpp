@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "api/kernel_impl.hpp"
+#include "common/geometry.h"
 #include "kernels/forward.hpp"
 #include "core/errors.hpp"
 
@@ -61,21 +62,106 @@ void check_sizes(int batch, int seqlen_q, int seqlen_k) {
     if (seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", seqlen_k));
 }
 
-void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
+namespace {
+
+bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+// A decode call: query tokens within the decode limit, the cache (dense, or paged through a block table that covers
+// seqlen_k), the split count and the workspace it needs.
+void validate_decode_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                          const kernels::CallSizes& z) {
+    if (p.paged_kv) {
+        // k and v are [pages, page_size, heads_kv, d]: the page count is not known here, so one page is checked.
+        check_tensor("k", a.k, p.vec_qk, false, 1, a.page_size, c.num_heads_kv, p.head_dim_qk);
+        check_tensor("v", a.v, p.vec_v, false, 1, a.page_size, c.num_heads_kv, p.head_dim_v);
+        if (a.page_size < 1 || a.page_size > 256 || (a.page_size & (a.page_size - 1)) != 0)
+            throw ArgumentError("page_size", fmt::format("{} is not allowed; a power of two in 1..256", a.page_size));
+        if (!a.block_table) throw ArgumentError("block_table", "is null; a paged KV cache needs its block table");
+        if (!aligned(a.block_table, 4)) throw ArgumentError("block_table", "must be 4-byte aligned (int32)");
+        if (a.pages_per_seq < 1)
+            throw ArgumentError("pages_per_seq", fmt::format("{} is out of range; allowed >= 1", a.pages_per_seq));
+        if (a.block_table_stride < a.pages_per_seq)
+            throw ArgumentError("block_table_stride", fmt::format("{} is smaller than pages_per_seq ({})",
+                                                                  a.block_table_stride, a.pages_per_seq));
+        if (std::int64_t(a.pages_per_seq) * a.page_size < a.seqlen_k)
+            throw ArgumentError("seqlen_k", fmt::format("{} is above the block table's capacity: pages_per_seq {} x "
+                                                        "page_size {} = {} tokens",
+                                                        a.seqlen_k, a.pages_per_seq, a.page_size,
+                                                        std::int64_t(a.pages_per_seq) * a.page_size));
+    } else {
+        check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
+        check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);
+        if (a.block_table || a.page_size || a.pages_per_seq)
+            throw ArgumentError(a.block_table ? "block_table" : a.page_size ? "page_size" : "pages_per_seq",
+                                "is for paged configs (paged_kv); this kernel reads a dense cache");
+    }
+    if (!aligned(a.seqlens_k, 4)) throw ArgumentError("seqlens_k", "must be 4-byte aligned (int32)");
+    if (a.num_splits < 0 || a.num_splits > geometry::kDecMaxSplits)
+        throw ArgumentError("num_splits", fmt::format("{} is out of range; allowed 0 (the library chooses) or 1..{}",
+                                                      a.num_splits, geometry::kDecMaxSplits));
+    const std::size_t need = p.family->workspace_bytes(p, c, z);
+    if (need == 0) return;
+    if (!a.workspace)
+        throw ArgumentError("workspace", fmt::format("is null; this call runs {} splits and needs {} bytes "
+                                                     "(workspace_bytes())",
+                                                     p.family->num_splits(p, c, z), need));
+    if (!aligned(a.workspace, 256)) throw ArgumentError("workspace", "must be 256-byte aligned (cudaMalloc's are)");
+    if (a.workspace_bytes < need)
+        throw ArgumentError("workspace_bytes", fmt::format("{} is too small; this call needs {} (batch {}, seqlen_q {}, "
+                                                           "seqlen_k {}, {} splits)",
+                                                           a.workspace_bytes, need, a.batch, a.seqlen_q, a.seqlen_k,
+                                                           p.family->num_splits(p, c, z)));
+}
+
+const Kernel::Impl& impl_of(const std::shared_ptr<const Kernel::Impl>& impl) {
+    if (!impl) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
+    return *impl;
+}
+
+kernels::CallSizes call_sizes(const Kernel::Impl& k, int batch, int seqlen_q, int seqlen_k, int num_splits) {
+    return {batch, seqlen_q, seqlen_k, num_splits, k.resident_ctas};
+}
+
+}  // namespace
+
+void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                           const kernels::CallSizes& z) {
     check_sizes(a.batch, a.seqlen_q, a.seqlen_k);
+    if (c.decode && a.seqlen_q > kDecodeMaxSeqlenQ)
+        throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} query "
+                                                    "tokens per sequence (use a prefill config for more)",
+                                                    a.seqlen_q, kDecodeMaxSeqlenQ));
     check_tensor("q", a.q, p.vec_qk, false, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_qk);
+    check_tensor("o", a.o, p.vec_v, true, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_v);
+    if (a.lse && !aligned(a.lse, 4)) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
+    if (c.decode) return validate_decode_args(p, c, a, z);
     check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
     check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);
-    check_tensor("o", a.o, p.vec_v, true, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_v);
-    if (a.lse && reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0)
-        throw ArgumentError("lse", "must be 4-byte aligned (float32)");
+    // The serving fields mean nothing to a prefill kernel: set, they would be ignored, so they are refused.
+    const std::pair<const char*, bool> decode_only[] = {
+        {"seqlens_k", a.seqlens_k != nullptr}, {"block_table", a.block_table != nullptr},
+        {"page_size", a.page_size != 0},       {"pages_per_seq", a.pages_per_seq != 0},
+        {"num_splits", a.num_splits != 0}};
+    for (const auto& [field, set] : decode_only)
+        if (set) throw ArgumentError(field, "is for decode configs (config.decode); this kernel is a prefill kernel");
 }
 
 void Kernel::forward(const ForwardArgs& a, void* stream) const {
-    if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
-    const Impl& k = *impl_;
-    validate_forward_args(k.plan, k.config, a);
-    k.plan.family->launch({k.plan, k.config, a, *k.module, stream});
+    const Impl& k = impl_of(impl_);
+    validate_forward_args(k.plan, k.config, a, call_sizes(k, a.batch, a.seqlen_q, a.seqlen_k, a.num_splits));
+    k.plan.family->launch({k.plan, k.config, a, *k.module, stream, k.resident_ctas});
+}
+
+std::size_t Kernel::workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits) const {
+    const Impl& k = impl_of(impl_);
+    check_sizes(batch, seqlen_q, seqlen_k);
+    return k.plan.family->workspace_bytes(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
+}
+
+int Kernel::num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits) const {
+    const Impl& k = impl_of(impl_);
+    check_sizes(batch, seqlen_q, seqlen_k);
+    return k.plan.family->num_splits(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
 }
 
 const AttentionConfig& Kernel::config() const {

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "driver/driver.hpp"
+#include "kernels/forward.hpp"
 #include "plan/backward.hpp"
 #include "plan/plan.hpp"
 #include "core/runtime.hpp"
@@ -13,6 +14,7 @@ struct Kernel::Impl {
     plan::KernelPlan plan;
     KernelInfo info;
     std::shared_ptr<driver::Module> module;
+    int resident_ctas = 0;  // CTAs of the main entry the device holds at once (a split-KV family's wave size)
 };
 
 struct BackwardKernel::Impl {
@@ -28,7 +30,12 @@ void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output,
                   int dim);
 void check_sizes(int batch, int seqlen_q, int seqlen_k);
 
-// Checks every forward() argument against the plan; throws ArgumentError naming the field.
-void validate_forward_args(const plan::KernelPlan& plan, const AttentionConfig& config, const ForwardArgs& a);
+// Query tokens per sequence a decode call takes.
+inline constexpr int kDecodeMaxSeqlenQ = 16;
+
+// Checks every forward() argument against the plan (and, for decode, the call's split count and workspace); throws
+// ArgumentError naming the field.
+void validate_forward_args(const plan::KernelPlan& plan, const AttentionConfig& config, const ForwardArgs& a,
+                           const kernels::CallSizes& sizes);
 
 }  // namespace rtattn

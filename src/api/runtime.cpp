@@ -189,6 +189,13 @@ void registers_from_module(KernelInfo& info, const driver::Module& m) {
         info.registers = regs;
 }
 
+// CTAs of one kernel an SM holds: bounded by shared memory (1 KB reserved per CTA), threads and registers.
+int ctas_per_sm(const driver::DeviceInfo& dev, int smem_bytes, int threads, int registers) {
+    int n = std::min((dev.smem_optin + 1024) / (smem_bytes + 1024), 2048 / threads);
+    if (registers > 0) n = std::min(n, 65536 / (registers * threads));
+    return std::max(1, n);
+}
+
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
@@ -225,6 +232,7 @@ Kernel Runtime::get(const AttentionConfig& config) {
     registers_from_module(impl->info, *impl->module);
     impl->config = r->config;
     impl->plan = r->plan;
+    impl->resident_ctas = dev.sms * ctas_per_sm(dev, r->plan.smem_bytes, r->plan.threads(), impl->info.registers);
     return Kernel(std::move(impl));
 }
 

@@ -62,6 +62,11 @@ core::AttentionConfig to_core(const rtattn_config* in) {
     out.num_heads_kv = c.num_heads_kv;
     if (c.has_softmax_scale) out.softmax_scale = c.softmax_scale;
     out.arch = c.arch ? c.arch : "";
+    if (c.decode != 0 && c.decode != 1) throw core::ConfigError("decode", std::to_string(c.decode) + " is not 0 or 1");
+    if (c.paged_kv != 0 && c.paged_kv != 1)
+        throw core::ConfigError("paged_kv", std::to_string(c.paged_kv) + " is not 0 or 1");
+    out.decode = c.decode != 0;
+    out.paged_kv = c.paged_kv != 0;
     return out;
 }
 
@@ -78,6 +83,8 @@ rtattn_config from_core(const core::AttentionConfig& in, const char* arch) {
     c.has_softmax_scale = in.softmax_scale.has_value();
     c.softmax_scale = in.softmax_scale.value_or(0);
     c.arch = arch;
+    c.decode = in.decode;
+    c.paged_kv = in.paged_kv;
     return c;
 }
 
@@ -374,7 +381,26 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.q = tensor(a.q), f.k = tensor(a.k), f.v = tensor(a.v), f.o = tensor(a.o);
         f.lse = a.lse;
         f.batch = a.batch, f.seqlen_q = a.seqlen_q, f.seqlen_k = a.seqlen_k;
+        f.seqlens_k = a.seqlens_k, f.block_table = a.block_table, f.block_table_stride = a.block_table_stride;
+        f.pages_per_seq = a.pages_per_seq, f.page_size = a.page_size, f.num_splits = a.num_splits;
+        f.workspace = a.workspace, f.workspace_bytes = a.workspace_bytes;
         k.forward(f, stream);
+    });
+}
+
+rtattn_status rtattn_kernel_workspace_bytes(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
+                                            int32_t seqlen_k, int32_t num_splits, size_t* out) {
+    return guard([&] {
+        if (!out) throw core::ArgumentError("out", "is null");
+        *out = kernel_of(kernel).workspace_bytes(batch, seqlen_q, seqlen_k, num_splits);
+    });
+}
+
+rtattn_status rtattn_kernel_num_splits(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
+                                       int32_t seqlen_k, int32_t num_splits, int32_t* out) {
+    return guard([&] {
+        if (!out) throw core::ArgumentError("out", "is null");
+        *out = kernel_of(kernel).num_splits(batch, seqlen_q, seqlen_k, num_splits);
     });
 }
 

@@ -46,6 +46,9 @@ void AttentionConfig::validate() const {
     if (!arch.empty() && !is_known_arch(arch))
         throw ConfigError("arch", fmt::format("{} is not supported; allowed: {} (or empty for the current device)",
                                               util::quoted(arch), known_archs()));
+    if (paged_kv && !decode)
+        throw ConfigError("paged_kv", "needs decode: true (a paged KV cache is served by the decode kernels; the paged "
+                                      "prefill is not built yet)");
 }
 
 std::string AttentionConfig::to_json() const {
@@ -64,6 +67,8 @@ std::string AttentionConfig::to_json() const {
     else
         j["softmax_scale"] = nullptr;
     j["arch"] = arch;
+    j["decode"] = decode;
+    j["paged_kv"] = paged_kv;
     return j.dump();
 }
 
@@ -101,14 +106,15 @@ std::optional<int> int_field(const nlohmann::json& j, const char* key, long long
 AttentionConfig config_from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw ConfigError("json", "a config must be a JSON object");
     static const char* known[] = {"head_dim",    "head_dim_qk",  "head_dim_v",    "dtype", "causal",
-                                  "num_heads_q", "num_heads_kv", "softmax_scale", "arch"};
+                                  "num_heads_q", "num_heads_kv", "softmax_scale", "arch",
+                                  "decode",      "paged_kv"};
     for (const auto& [key, value] : j.items()) {
         bool ok = false;
         for (const char* k : known) ok = ok || key == k;
         if (!ok)
             throw ConfigError(util::escaped(key.substr(0, 64)),
                               "unknown field; allowed: head_dim (or head_dim_qk), head_dim_v, dtype, causal, "
-                              "num_heads_q, num_heads_kv, softmax_scale, arch");
+                              "num_heads_q, num_heads_kv, softmax_scale, arch, decode, paged_kv");
     }
     constexpr int kMaxHeads = 1 << 16;
     AttentionConfig c;
@@ -125,10 +131,14 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
         if (!j["dtype"].is_string()) throw ConfigError("dtype", "must be a string: fp16 or bf16");
         c.dtype = dtype_from_string(j["dtype"].get<std::string>());
     }
-    if (j.contains("causal")) {
-        if (!j["causal"].is_boolean()) throw ConfigError("causal", "must be true or false");
-        c.causal = j["causal"].get<bool>();
-    }
+    auto bool_field = [&](const char* key, bool& out) {
+        if (!j.contains(key)) return;
+        if (!j[key].is_boolean()) throw ConfigError(key, "must be true or false");
+        out = j[key].get<bool>();
+    };
+    bool_field("causal", c.causal);
+    bool_field("decode", c.decode);
+    bool_field("paged_kv", c.paged_kv);
     c.num_heads_q = int_field(j, "num_heads_q", 1, kMaxHeads).value_or(1);
     c.num_heads_kv = int_field(j, "num_heads_kv", 1, kMaxHeads).value_or(c.num_heads_q);
     if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
@@ -145,9 +155,9 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
 
 std::string AttentionConfig::describe() const {
     std::string d = dv() == head_dim_qk ? fmt::format("d{}", head_dim_qk) : fmt::format("d{}/{}", head_dim_qk, dv());
-    return fmt::format("{} {} {} h{}:{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal", num_heads_q,
-                       num_heads_kv, softmax_scale ? fmt::format(" scale={}", *softmax_scale) : "",
-                       arch.empty() ? "" : " " + arch);
+    return fmt::format("{} {} {} h{}:{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal", num_heads_q,
+                       num_heads_kv, decode ? (paged_kv ? " decode paged" : " decode") : "",
+                       softmax_scale ? fmt::format(" scale={}", *softmax_scale) : "", arch.empty() ? "" : " " + arch);
 }
 
 }  // namespace rtattn::core

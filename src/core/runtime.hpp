@@ -29,6 +29,10 @@ public:
     // Launches on `stream` (a CUstream / cudaStream_t; nullptr = legacy default stream). Never synchronizes or
     // allocates, so it can be captured into a CUDA graph. Throws ArgumentError on a bad argument.
     void forward(const ForwardArgs& args, void* stream = nullptr) const;
+    // Device workspace a call with these sizes needs (decode: partial results per split; else 0), and the key
+    // splits it runs; num_splits 0 is the library's choice.
+    std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const;
+    int num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const;
     const AttentionConfig& config() const;
     const KernelInfo& info() const;
     explicit operator bool() const noexcept { return impl_ != nullptr; }

@@ -13,7 +13,7 @@ render::Trait bool_trait(const char* name, bool v) { return {"bool", name, v ? "
 }  // namespace
 
 const ForwardFamily* forward_family(const std::string& name) {
-    for (const ForwardFamily* f : {&fwd_mma(), &fwd_sm90(), &fwd_sm90_ws()})
+    for (const ForwardFamily* f : {&fwd_mma(), &fwd_sm90(), &fwd_sm90_ws(), &dec_mma()})
         if (name == f->name()) return f;
     return nullptr;
 }

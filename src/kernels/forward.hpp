@@ -3,6 +3,7 @@
 // writes for it, and how a call is launched. The forward tile table (src/plan/forward_tiles.cpp) names a family
 // per row; plan, render and launch ask the family and never branch on its knobs.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,13 @@
 
 namespace rtattn::kernels {
 
+// The sizes of a call that fix its grid and workspace, and the device's room for the kernel's CTAs.
+struct CallSizes {
+    int batch = 0, seqlen_q = 0, seqlen_k = 0;
+    int num_splits = 0;     // the caller's (0: the family chooses)
+    int resident_ctas = 0;  // CTAs of this kernel the device holds at once (SMs x CTAs per SM)
+};
+
 // One forward call, its arguments already validated.
 struct ForwardLaunch {
     const plan::KernelPlan& plan;
@@ -22,6 +30,7 @@ struct ForwardLaunch {
     const ForwardArgs& args;
     const driver::Module& module;  // functions in the order of the stub's entries
     void* stream;
+    int resident_ctas;
 };
 
 class ForwardFamily {
@@ -39,6 +48,11 @@ public:
     virtual std::string describe(const plan::KernelPlan& p) const = 0;  // "wgmma, swizzled tiles, ..."
     virtual render::StubSpec stub(const plan::KernelPlan& p) const = 0;
     virtual void launch(const ForwardLaunch& l) const = 0;
+    // Split-KV families: the key splits a call runs and the device workspace it needs (the others: 1 and none).
+    virtual int num_splits(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const { return 1; }
+    virtual std::size_t workspace_bytes(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const {
+        return 0;
+    }
 };
 
 // The kernel source of a plan: its family's stub, rendered.
@@ -48,6 +62,7 @@ render::RenderedSource render_plan(const plan::KernelPlan& p);
 const ForwardFamily& fwd_mma();      // mma.sync m16n8k16, every arch (fwd/mma.cuh)
 const ForwardFamily& fwd_sm90();     // Hopper wgmma, every warp loads and computes (fwd/sm90.cuh)
 const ForwardFamily& fwd_sm90_ws();  // Hopper wgmma, producer warpgroup with TMA, consumers overlap (fwd/sm90_ws.cuh)
+const ForwardFamily& dec_mma();      // decode: GQA-packed rows, split-KV, dense or paged cache (dec/mma.cuh)
 const ForwardFamily* forward_family(const std::string& name);  // nullptr when unknown
 
 // ---- pieces every forward family shares ----------------------------------------------------------------------------

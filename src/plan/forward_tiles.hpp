@@ -9,6 +9,8 @@ namespace rtattn::plan {
 
 // Fills the plan's family and tile fields (and reason) from the first row that serves its padded head dims on `a`.
 void choose_forward_tile(KernelPlan& p, const arch::Arch& a);
+// The same for decode configs, from the decode table (decode_tiles.cpp); steps down to fit the arch's shared memory.
+void choose_decode_tile(KernelPlan& p, const arch::Arch& a);
 // Replaces them with a tile given as text (PlanOptions::tile_override); errors name `field`.
 void apply_tile_override(KernelPlan& p, const std::string& text, const std::string& field);
 

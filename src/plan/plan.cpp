@@ -39,6 +39,14 @@ template const arch::Arch& fill_problem(BackwardPlan&, const AttentionConfig&, i
 
 KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     KernelPlan p;
+    if (c.decode) {
+        const arch::Arch& ai = fill_problem(p, c, 16);
+        p.paged_kv = c.paged_kv;
+        choose_decode_tile(p, ai);
+        if (!options.tile_override.empty()) p.reason += fmt::format(" ({} is for the prefill table: not applied)",
+                                                                     options.tile_field);
+        return p;
+    }
     // V pads to 8 first (the n of mma.m16n8k16 in PV); a table row may ask for 16.
     const arch::Arch& ai = fill_problem(p, c, 8);
     choose_forward_tile(p, ai);
@@ -111,6 +119,7 @@ std::string plan_json(const KernelPlan& p) {
     j["ping_pong"] = p.ping_pong;
     j["split_rows"] = p.split_rows;
     j["wide_v"] = p.wide_v;
+    j["paged_kv"] = p.paged_kv;
     j["vec_qk"] = p.vec_qk;
     j["vec_v"] = p.vec_v;
     j["smem_bytes"] = p.smem_bytes;

@@ -38,6 +38,7 @@ struct KernelPlan {
     // fwd_sm90_ws: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
     // per k-step instead of one per panel width (templates: sm90::WideLayout).
     bool wide_v = false;
+    bool paged_kv = false;    // dec_mma: K and V through a block table
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
     std::string reason;  // the table row's reason, and what changed it

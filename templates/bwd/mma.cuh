@@ -14,6 +14,7 @@
 // LSE = +inf, so their P is 0 and they add nothing; key rows past seqlen_k are zero and masked. A masked score is
 // -inf, so its P is exp2(-inf) = 0 with no select per element.
 #pragma once
+#include "common/epilogue.cuh"
 #include "common/geometry.h"
 #include "common/load.cuh"
 #include "common/mask.cuh"
@@ -82,27 +83,6 @@ struct BwdShape {
 };
 
 namespace detail {
-
-// An 8-wide MMA accumulator block's two adjacent columns (c, c+1) of one row, to 16-bit at `dst` (row start):
-// only the columns below kCols; a 32-bit store when both are and the row allows it (kVec >= 2).
-template <bool kBF16, int kCols, int kVec>
-__device__ __forceinline__ void store_pair(ptx::u16* dst, int c, float x0, float x1) {
-    const ptx::u32 packed = ptx::pack2<kBF16>(x0, x1);
-    if constexpr (kVec >= 2) {
-        if (c + 1 < kCols) {
-            *reinterpret_cast<ptx::u32*>(dst + c) = packed;
-            return;
-        }
-    }
-    if (c < kCols) dst[c] = ptx::u16(packed & 0xffff);
-    if (c + 1 < kCols) dst[c + 1] = ptx::u16(packed >> 16);
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
 
 template <bool kBF16>
 __device__ __forceinline__ float to_float(ptx::u16 x) {

@@ -15,6 +15,21 @@ template <> struct VecOf<4> { typedef Vec8 type; };
 template <> struct VecOf<2> { typedef u32 type; };
 template <> struct VecOf<1> { typedef u16 type; };
 
+// An 8-wide MMA accumulator block's two adjacent columns (c, c+1) of one row, to 16-bit at `dst` (row start):
+// only the columns below kCols; a 32-bit store when both are and the row allows it (kVec >= 2).
+template <bool kBF16, int kCols, int kVec>
+__device__ __forceinline__ void store_pair(ptx::u16* dst, int c, float x0, float x1) {
+    const ptx::u32 packed = ptx::pack2<kBF16>(x0, x1);
+    if constexpr (kVec >= 2) {
+        if (c + 1 < kCols) {
+            *reinterpret_cast<ptx::u32*>(dst + c) = packed;
+            return;
+        }
+    }
+    if (c < kCols) dst[c] = ptx::u16(packed & 0xffff);
+    if (c + 1 < kCols) dst[c + 1] = ptx::u16(packed >> 16);
+}
+
 // Epilogue, part 1 (per warp): normalize this warp's rows, write them as 16-bit into the row-major staging tile
 // sO (row stride kStrideO) and write LSE. Rows with no visible key get O = 0 and LSE = +inf, as FlashAttention.
 // warp_row0: the warp's first row inside the CTA tile.

@@ -87,6 +87,18 @@ RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int b
            8 * stages * block_m;
 }
 
+// Decode (dec/mma.cuh): the query rows' tile and `stages` K/V tiles of block_n keys in padded rows; after the key
+// loop the same bytes hold each warp's fp32 O rows (pad_v + 8 floats apart, as the backward's dQ rows: conflict-free
+// float2 stores) and its row maxima and sums, which the CTA combines.
+RTATTN_GEOMETRY int dec_o_stride(int pad_v) { return pad_v + 8; }
+RTATTN_GEOMETRY int dec_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, int warps) {
+    const int tiles = 2 * (block_m * padded_row(pad_qk) + stages * block_n * (padded_row(pad_qk) + padded_row(pad_v)));
+    const int combine = 4 * warps * block_m * (dec_o_stride(pad_v) + 3);  // O, max, sum, weight
+    return tiles > combine ? tiles : combine;
+}
+// Splits a decode call may run: the combine kernel keeps one weight per split per row in shared memory.
+constexpr int kDecMaxSplits = 128;
+
 }  // namespace geometry
 }  // namespace rtattn
 

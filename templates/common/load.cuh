@@ -59,6 +59,41 @@ __device__ __forceinline__ void load_tile(u16* s, const u16* g, long long row_st
     }
 }
 
+// load_tile for rows anywhere (a paged cache): row r starts at row(r) in global memory, asked only for rows below
+// `valid_rows` (so a paged cache's block table is never read past a sequence).
+// The other rows become zeros (cp.async zero-fill, pointed at `any`, a valid address), so 0 * garbage never reaches
+// PV.
+template <int kRows, int kHeadDim, int kVec, int kThreads, class Row, class Offset>
+__device__ __forceinline__ void load_rows(u16* s, const u16* any, Row row, int valid_rows, int tid, Offset offset) {
+    constexpr int kPerRow = kHeadDim / kVec;
+    constexpr int kTotal = kRows * kPerRow;
+    auto copy = [&](int r, int c) {
+        const bool valid = r < valid_rows;
+        if constexpr (kVec >= 2) {
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + offset(r, c)), valid ? row(r) + c : any, valid);
+        } else {
+            // Odd head dims: a row is not 4-byte aligned, cp.async cannot move it; a plain load is the only choice.
+            s[offset(r, c)] = valid ? row(r)[c] : u16(0);
+        }
+    };
+    // The thread layout of load_tile above.
+    constexpr int kCols = row_threads(kPerRow);
+    if constexpr (kVec >= 2 && kCols > 0 && kThreads % kCols == 0) {
+        constexpr int kRowStep = kThreads / kCols;
+        const int r0 = tid / kCols, col = tid - r0 * kCols, c = col * kVec;
+        const bool col_used = kCols == kPerRow || col < kPerRow;
+#pragma unroll
+        for (int j = 0; j < (kRows + kRowStep - 1) / kRowStep; ++j)
+            if (col_used && (kRows % kRowStep == 0 || r0 + j * kRowStep < kRows)) copy(r0 + j * kRowStep, c);
+    } else {
+#pragma unroll 4
+        for (int i = tid; i < kTotal; i += kThreads) {
+            const int r = i / kPerRow;
+            copy(r, (i - r * kPerRow) * kVec);
+        }
+    }
+}
+
 // Zeroes columns [kHeadDim, kPad) of `rows` rows: the MMA reads them, so they must hold exact zeros.
 template <int kRows, int kHeadDim, int kPad, int kThreads, class Offset>
 __device__ __forceinline__ void zero_pad_cols(u16* s, int tid, Offset offset) {

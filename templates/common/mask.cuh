@@ -43,6 +43,24 @@ __device__ __forceinline__ void mask_scores(float (&s)[kMT][kNB][4], int n0, int
         }
 }
 
+// Decode's mask (rows are not consecutive queries there): sets to -inf the scores at or past each row's first hidden key. col0: the key of this lane's first column;
+// visible(mt, h): the keys this lane's row (tile mt, half h) sees are those below it. Every element then compares a
+// constant (8 * nb + e) against one register per row, instead of rebuilding its row and column.
+template <int kMT, int kNB, class Visible>
+__device__ __forceinline__ void mask_columns(float (&s)[kMT][kNB][4], int col0, Visible visible) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int first_hidden = visible(mt, h) - col0;
+#pragma unroll
+            for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (nb * 8 + e >= first_hidden) s[mt][nb][2 * h + e] = neg_inf();
+        }
+}
+
 template <bool kCausal, int kBlockM, int kBlockN>
 __device__ __forceinline__ bool block_needs_mask(int n0, int q0, int seqlen_q, int seqlen_k) {
     bool need = n0 + kBlockN > seqlen_k;

@@ -59,6 +59,30 @@ struct BwdParams {
     float scale_log2;      // softmax_scale * log2(e)
 };
 
+// Parameters of the decode kernels (dec/mma.cuh). A CTA serves one (split, KV head, row block, sequence): its rows
+// are the packed (query head of the group, query token) pairs, row i = head_in_group * seqlen_q + token.
+struct DecParams {
+    const void* q;
+    const void* k;              // dense: [batch, seqlen_k, heads_kv, d]; paged: [pages, page_size, heads_kv, d]
+    const void* v;
+    void* o;
+    float* lse;                 // nullptr: not written. [batch, heads_q, seqlen_q]
+    long long q_batch_stride, q_seq_stride, q_head_stride;  // in elements
+    long long k_batch_stride, k_seq_stride, k_head_stride;  // paged: batch = page stride, seq = slot stride
+    long long v_batch_stride, v_seq_stride, v_head_stride;
+    long long o_batch_stride, o_seq_stride, o_head_stride;
+    const int* seqlens_k;       // [batch] keys per sequence (clamped to seqlen_k); nullptr: seqlen_k
+    const int* block_table;     // paged: [batch, block_table_stride]
+    long long block_table_stride;
+    int page_shift;             // paged: log2(page_size)
+    float* part_o;              // num_splits > 1: [num_splits, batch * heads_q * seqlen_q, pad_v] fp32, normalized
+    float* part_lse;            // num_splits > 1: [num_splits, batch * heads_q * seqlen_q], natural log; -inf: no key
+    int seqlen_q, seqlen_k, batch, heads_q, q_per_kv;
+    int row_blocks;             // CTAs per KV head along the packed rows
+    int num_splits;
+    float scale_log2, scale;
+};
+
 // A CUtensorMap as cuTensorMapEncodeTiled writes it: 128 opaque bytes (aligned as cuda.h declares it).
 struct alignas(128) TmaMap {
     unsigned long long raw[16];

@@ -21,6 +21,17 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
 // Online softmax for one key block, statistics part: new row max, running sum rescaled, scores become
 // unnormalized probabilities exp2(s * c - m_new * c). `corr` = exp2((m_old - m_new) * c) is the factor the output
 // accumulator must be multiplied by; the caller applies it (at once, or after an in-flight PV has landed).

@@ -22,14 +22,6 @@
 
 namespace rtattn::cli {
 
-namespace {
-
-using driver::api;
-using driver::check;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 // Random 16-bit values in [-1, 1] (never zeros: they can run faster than real data).
 std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed) {
     std::mt19937 rng(seed);
@@ -53,6 +45,33 @@ std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed
     return out;
 }
 
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Results: JSON on stdout with --json, and into --json-out's file.
+void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows) {
+    json j;
+    j["kind"] = kind;
+    j["results"] = std::move(rows);
+    const std::string text = dump(std::move(j));
+    if (o.json) fmt::print("{}\n", text);
+    if (!o.json_out.empty()) {
+        std::ofstream out(o.json_out);
+        out << text << "\n";
+        if (!out) throw Error(fmt::format("cannot write {}", o.json_out));
+    }
+}
+
+namespace {
+
+using driver::api;
+using driver::check;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 struct BufferSet {
     driver::DeviceBuffer q, k, v, o, lse;
     driver::DeviceBuffer dout, dq, dk, dv, workspace;  // backward only
@@ -61,11 +80,6 @@ struct BufferSet {
 int heads_for(int d, const BenchOptions& o) {
     if (o.heads > 0) return o.heads;
     return d == 132 ? 16 : std::max(1, o.hidden / d);
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 // One shape of the grid: its kernel, two input sets and the launch times taken so far.
@@ -203,20 +217,6 @@ void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
     std::fflush(out);
 }
 
-// Results: JSON on stdout with --json, and into --json-out's file.
-void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows) {
-    json j;
-    j["kind"] = kind;
-    j["results"] = std::move(rows);
-    const std::string text = dump(std::move(j));
-    if (o.json) fmt::print("{}\n", text);
-    if (!o.json_out.empty()) {
-        std::ofstream out(o.json_out);
-        out << text << "\n";
-        if (!out) throw Error(fmt::format("cannot write {}", o.json_out));
-    }
-}
-
 int run_throughput(const BenchOptions& o) {
     std::FILE* table = o.json ? stderr : stdout;
     Runtime rt(o.runtime);
@@ -305,7 +305,10 @@ int run_latency(const BenchOptions& o) {
 
 }  // namespace
 
-int run_bench(const BenchOptions& o) { return o.latency ? run_latency(o) : run_throughput(o); }
+int run_bench(const BenchOptions& o) {
+    if (o.decode) return run_decode_bench(o);
+    return o.latency ? run_latency(o) : run_throughput(o);
+}
 
 void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     auto o = std::make_shared<BenchOptions>();
@@ -328,8 +331,21 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     cmd->add_flag("--deterministic", o->deterministic, "with --backward: bitwise-reproducible gradients");
     cmd->add_option("--arch", o->arch, "compile for this arch instead of the GPU's (sm_90 on Hopper: the mma.sync path)");
     cmd->add_flag("--latency", o->latency, "JIT latency instead: cold compile, disk hit (fresh Runtime), in-memory hit");
-    cmd->callback([&action, &g, o, causal] {
-        action = [&g, o, causal] {
+    cmd->add_flag("--decode", o->decode,
+                  "the decode kernels: GB/s of K/V read (default 32 query heads, --gqa 4, causal false) and the share "
+                  "of the copy bandwidth measured in the same run");
+    cmd->add_option("--decode-shapes", o->decode_shapes, "with --decode: batch:cached_keys pairs (default "
+                                                         "64:4096,8:32768,1:131072)")
+        ->delimiter(',');
+    cmd->add_option("--page-size", o->page_sizes, "with --decode: KV page sizes, 0 for a dense cache (default 0)")
+        ->delimiter(',');
+    cmd->add_option("--decode-q", o->decode_q, "with --decode: query tokens per sequence, 1..16 (default 1)")
+        ->delimiter(',');
+    auto* gqa = cmd->get_option("--gqa");
+    cmd->callback([&action, &g, o, causal, gqa] {
+        action = [&g, o, causal, gqa] {
+            if (o->decode && gqa->count() == 0) o->gqa = 4;
+            if (o->decode && *causal == "both") *causal = "false";
             if (*causal != "both") o->causal = {*causal == "true"};
             o->runtime = runtime_options(g);
             return run_bench(*o);

@@ -1,5 +1,7 @@
 // `rtattn bench`: forward or backward TFLOPS over a grid of shapes, and JIT latency figures.
 #pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -26,7 +28,18 @@ struct BenchOptions {
     bool backward = false;     // time the backward pass alone (FLOPs 2.5x the forward's)
     bool deterministic = false;  // backward: the deterministic dQ order
     std::string arch;          // pin the kernels' arch (e.g. sm_90 for the mma.sync path on Hopper); empty: the GPU's
+    // --decode: GB/s of K/V read by the decode kernels, against the card's copy bandwidth measured in the same run.
+    bool decode = false;
+    std::vector<std::string> decode_shapes = {"64:4096", "8:32768", "1:131072"};  // batch:cached keys
+    std::vector<int> page_sizes = {0};  // 0: a dense cache
+    std::vector<int> decode_q = {1};    // query tokens per sequence
 };
+
+// Shared by the throughput and decode benchmarks.
+std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed);
+double median(std::vector<double> v);
+void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows);
+int run_decode_bench(const BenchOptions& o);
 
 // Returns a process exit code; prints a table to stdout.
 int run_bench(const BenchOptions& o);

@@ -61,6 +61,8 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
     o.heads_kv_opt = app->add_option("--heads-kv", o.heads_kv, "K/V heads (default: --heads-q)")->type_name("N");
     o.scale_opt = app->add_option("--softmax-scale", o.softmax_scale, "softmax scale (default 1/sqrt(D))")
                       ->type_name("X");
+    app->add_flag("--decode", o.flags.decode, "the decode kernels: 1..16 query tokens per sequence against a KV cache");
+    app->add_flag("--paged-kv", o.flags.paged_kv, "decode from a paged KV cache (with --decode)");
 }
 
 const tool::ExpandOptions& resolve_arch() {

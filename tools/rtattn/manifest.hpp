@@ -89,6 +89,7 @@ struct ConfigFlags {
     std::optional<int> heads_q, heads_kv;
     std::optional<double> softmax_scale;
     std::vector<std::string> archs;
+    bool decode = false, paged_kv = false;  // --decode, --paged-kv
 
     // Whether any flag that shapes a config (everything but --arch) was given.
     bool any_shape_flag() const;

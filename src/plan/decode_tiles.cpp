@@ -1,0 +1,61 @@
+// The decode tile table: rows per CTA, keys per tile, warps and ring depth per padded head dim, a reason on every
+// row. Decode reads every K/V byte once and does little math on it, so a row is about bytes in flight per SM and
+// CTAs per SM, not MMA shape.
+#include <fmt/format.h>
+
+#include "common/geometry.h"
+#include "core/errors.hpp"
+#include "kernels/forward.hpp"
+#include "plan/forward_tiles.hpp"
+
+namespace rtattn::plan {
+
+namespace {
+
+struct DecodeRow {
+    int max_pad;  // largest padded head dim (the larger of the QK and V pads) the row serves
+    int block_m;  // packed (query head, token) rows per CTA: 16 x m_tiles
+    int block_n;  // keys per K/V tile, split evenly across the warps (16 or more each)
+    int warps;
+    int stages;   // K/V ring depth
+    const char* why;
+};
+
+// The first row whose pad fits and whose shared memory the arch has wins, so each pad lists its rows from the most to
+// the least shared memory.
+constexpr DecodeRow kDecodeRows[] = {
+    {64, 16, 64, 4, 4,
+     "d<=64: 64-key tiles (16 per warp), 4 in the ring (76 KB): 3 tiles in flight per CTA, 2 CTAs per SM (H200, B=64 x "
+     "4k keys, GQA 32:8: 81% of the copy bandwidth)"},
+    {128, 16, 64, 4, 3,
+     "d<=128: 64-key tiles (16 per warp), 3 in the ring (109 KB): 2 CTAs per SM keep 4 tiles (139 KB) in flight per "
+     "SM (H200, GQA 32:8: 91-93% of the copy bandwidth at B=64 x 4k and B=8 x 32k, 86% at B=1 x 128k)"},
+    {128, 16, 64, 4, 2, "d<=128 on ~100 KB (sm_86, sm_89): 2 in the ring"},
+    {256, 16, 64, 4, 3,
+     "d<=256: 64-key tiles, 3 in the ring (211 KB, one CTA per SM on sm_90; H200: 93% of the copy bandwidth at "
+     "B=64 x 4k, 91% at B=1 x 128k). d132 (padded 144) reads 2.0 TB/s here with 3 or 5 in the ring alike: its "
+     "8-byte loads on the general loop limit it, not the ring"},
+    {256, 16, 64, 4, 2, "d<=256 on 164 KB (sm_80): 2 in the ring"},
+    {256, 16, 32, 2, 2, "d<=256 on ~100 KB (sm_86, sm_89): 32-key tiles on 2 warps, 2 in the ring"},
+};
+
+}  // namespace
+
+void choose_decode_tile(KernelPlan& p, const arch::Arch& a) {
+    const int pad = std::max(p.pad_qk, p.pad_v);
+    p.family = &kernels::dec_mma();
+    for (const DecodeRow& row : kDecodeRows) {
+        if (pad > row.max_pad) continue;
+        p.block_m = row.block_m, p.block_n = row.block_n, p.warps = row.warps, p.stages = row.stages;
+        p.m_tiles = row.block_m / 16;
+        p.pv_step = 16;
+        p.smem_bytes = p.family->smem_bytes(p);
+        if (p.smem_bytes > a.smem_optin) continue;
+        p.reason = row.why;
+        return;
+    }
+    throw ConfigError("arch", fmt::format("no decode tile fits d{}/{} in the {} B of shared memory of {}", p.head_dim_qk,
+                                          p.head_dim_v, a.smem_optin, a.name));
+}
+
+}  // namespace rtattn::plan

@@ -1,0 +1,293 @@
+// Decode: a few query tokens per sequence against its cached keys, on mma.m16n8k16; two kernels of one module.
+//
+//   main     one CTA per (split, KV head, row block, sequence). Its rows are the query heads of one GQA group times
+//            the query tokens, so every K/V byte is read once per group, not once per query head. The CTA streams
+//            its split's key tiles through a cp.async ring; each warp takes its own slice of every tile's keys and
+//            keeps its own online softmax (decode has too few rows to split the rows across warps), and at the end
+//            the warps' (max, sum, O) are merged in shared memory. One split: O and LSE are final. Several: each
+//            writes its O (normalized) and LSE to the workspace.
+//   combine  one warp per (sequence, query head, token): O = sum_s exp(LSE_s - LSE) O_s, LSE = log sum_s exp(LSE_s).
+//
+// K and V come from a dense cache ([batch, seqlen_k, heads_kv, d] with per-sequence lengths) or a paged one
+// ([pages, page_size, heads_kv, d] and a block table): one row lookup serves both, so one mainloop serves both.
+// Causal (several query tokens: speculative decoding, chunked prefill) is bottom-right: token t of a sequence with
+// L keys and seqlen_q tokens sees keys j <= L - seqlen_q + t.
+#pragma once
+#include "common/epilogue.cuh"
+#include "common/geometry.h"
+#include "common/load.cuh"
+#include "common/mask.cuh"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
+#include "common/warp_gemm.cuh"
+
+namespace rtattn {
+
+// Traits (from the rendered stub) must provide:
+//   kHeadDimQK, kHeadDimV, kPadQK, kPadV (both padded to 16), kBF16, kCausal
+//   kBlockM     packed rows per CTA (16 x kMTiles), kMTiles
+//   kBlockN     keys per K/V tile; each of the kWarps warps takes kBlockN / kWarps of them (a multiple of 16)
+//   kStages     K/V ring depth (>= 2)
+//   kPaged      K/V through a block table
+//   kVecQK, kVecV
+template <class T>
+struct DecShape {
+    static constexpr int kThreads = T::kWarps * 32;
+    static constexpr int kStrideQK = geometry::padded_row(T::kPadQK);
+    static constexpr int kStrideV = geometry::padded_row(T::kPadV);
+    static constexpr int kStrideO = geometry::dec_o_stride(T::kPadV);
+    static constexpr int kWarpKeys = T::kBlockN / T::kWarps;
+    static constexpr int kNB = kWarpKeys / 8;  // 8-key score blocks per warp and tile
+    static constexpr int kNV = T::kPadV / 8;   // 8-column O blocks
+    static constexpr int kStageElems = T::kBlockN * (kStrideQK + kStrideV);
+    static constexpr int kSmemBytes =
+        geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWarps);
+
+    static_assert(T::kBlockM == 16 * T::kMTiles, "rows are whole 16-row MMA tiles");
+    static_assert(kWarpKeys % 16 == 0 && kWarpKeys * T::kWarps == T::kBlockN, "each warp takes 16-key steps");
+    static_assert(T::kPadQK % 16 == 0 && T::kPadV % 16 == 0, "both pads are whole 16-column pairs");
+    static_assert(T::kStages >= 2, "a ring of at least two tiles");
+    static_assert(T::kBlockM <= kThreads, "a thread per row merges the warps' statistics");
+};
+
+template <class T>
+__device__ __forceinline__ void flash_decode(const DecParams& p) {
+    using S = DecShape<T>;
+    using ptx::u16;
+    using ptx::u32;
+    constexpr int kThreads = S::kThreads;
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    u16* sQ = reinterpret_cast<u16*>(smem_raw);
+    u16* sRing = sQ + T::kBlockM * S::kStrideQK;  // stage s: K at s * kStageElems, its V right after
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int split = blockIdx.x, batch = blockIdx.z;
+    const int kv_head = blockIdx.y / p.row_blocks, row0 = (blockIdx.y - kv_head * p.row_blocks) * T::kBlockM;
+    const int seqlen_q = p.seqlen_q, group_rows = p.q_per_kv * seqlen_q;
+    const int len = p.seqlens_k ? min(max(p.seqlens_k[batch], 0), p.seqlen_k) : p.seqlen_k;
+    // This split's key tiles: the sequence's tiles cut into num_splits runs (a short sequence's splits are short).
+    const int tiles = (len + T::kBlockN - 1) / T::kBlockN;
+    const int per_split = (tiles + p.num_splits - 1) / p.num_splits;
+    const int t_begin = min(split * per_split, tiles), t_end = min(t_begin + per_split, tiles);
+
+    auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
+    auto at_v = [](int r, int c) { return r * S::kStrideV + c; };
+    // Packed row i is query head (kv_head * q_per_kv + i / seqlen_q), token i % seqlen_q.
+    const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride;
+    auto q_row = [&](int r) {
+        const int i = row0 + r, h = i / seqlen_q;
+        return gQ + (i - h * seqlen_q) * p.q_seq_stride + (kv_head * p.q_per_kv + h) * p.q_head_stride;
+    };
+    // Key j's row: page and slot through the block table, or the sequence's own rows.
+    const u16* gK = static_cast<const u16*>(p.k) + kv_head * p.k_head_stride;
+    const u16* gV = static_cast<const u16*>(p.v) + kv_head * p.v_head_stride;
+    const int* table = p.block_table + batch * p.block_table_stride;
+    auto kv_row = [&](const u16* base, long long page_stride, long long slot_stride, int key) {
+        if constexpr (T::kPaged) {
+            const int page = __ldg(table + (key >> p.page_shift));
+            return base + page * page_stride + (key & ((1 << p.page_shift) - 1)) * slot_stride;
+        } else {
+            return base + batch * page_stride + key * slot_stride;
+        }
+    };
+
+    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
+    for (int st = 0; st < T::kStages; ++st) {
+        u16* sK = sRing + st * S::kStageElems;
+        detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
+        detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sK + T::kBlockN * S::kStrideQK, tid,
+                                                                           at_v);
+    }
+    detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, q_row, group_rows - row0, tid, at_qk);
+    auto load_stage = [&](int t, int st) {
+        const int n0 = t * T::kBlockN;
+        u16* sK = sRing + st * S::kStageElems;
+        detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
+            sK, gK, [&](int r) { return kv_row(gK, p.k_batch_stride, p.k_seq_stride, n0 + r); }, len - n0, tid,
+            at_qk);
+        detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
+            sK + T::kBlockN * S::kStrideQK, gV,
+            [&](int r) { return kv_row(gV, p.v_batch_stride, p.v_seq_stride, n0 + r); }, len - n0, tid, at_v);
+    };
+    // Prologue: Q rides with the first tile's group; kStages - 1 tiles in flight.
+    int t_load = t_begin;
+#pragma unroll
+    for (int st = 0; st < T::kStages - 1; ++st, ++t_load) {
+        if (t_load < t_end) load_stage(t_load, st);
+        ptx::cp_async_commit();
+    }
+
+    // Per thread: the token of each of its rows, for the causal limit (token t sees keys below len - seqlen_q + t + 1).
+    const int g = lane >> 2;
+    int visible_shift[T::kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int i = row0 + mt * 16 + g + 8 * h;
+            visible_shift[mt][h] = i % seqlen_q - seqlen_q + 1;
+        }
+
+    float acc_o[T::kMTiles][S::kNV][4];
+    float row_max[T::kMTiles][2], row_sum[T::kMTiles][2];
+    warp::zero(acc_o);
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt) row_max[mt][0] = row_max[mt][1] = detail::neg_inf(), row_sum[mt][0] = row_sum[mt][1] = 0.f;
+
+    const u32 aQ = ptx::smem_u32(sQ);
+    const u32 v_lane = warp::lane_offset<false>(S::kStrideV, lane);
+    const int warp_key0 = warp * S::kWarpKeys;
+    for (int t = t_begin; t < t_end; ++t) {
+        ptx::cp_async_wait<T::kStages - 2>();
+        __syncthreads();  // tile t is in; every warp is done with tile t - 1, whose slot the next load reuses
+        if (t_load < t_end) load_stage(t_load, (t_load - t_begin) % T::kStages);
+        ptx::cp_async_commit();
+        ++t_load;
+
+        const u32 aK = ptx::smem_u32(sRing + ((t - t_begin) % T::kStages) * S::kStageElems);
+        const u32 aV = aK + 2 * T::kBlockN * S::kStrideQK;
+        const int n0 = t * T::kBlockN;
+        float s[T::kMTiles][S::kNB][4];
+        warp::gemm<T::kBF16, T::kMTiles, S::kNB / 2, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
+            s, aQ, S::kStrideQK, 0, aK, S::kStrideQK, warp_key0 / 16, 1, lane);
+        if (n0 + T::kBlockN > len || (T::kCausal && n0 + T::kBlockN > len - seqlen_q + 1))
+            detail::mask_columns(s, n0 + warp_key0 + 2 * (lane & 3), [&](int mt, int h) {
+                return T::kCausal ? len + visible_shift[mt][h] : len;
+            });
+        detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
+
+        // O += P V for this warp's keys: P never leaves registers.
+#pragma unroll
+        for (int kk = 0; kk < S::kWarpKeys / 16; ++kk) {
+            u32 a[T::kMTiles][4];
+#pragma unroll
+            for (int mt = 0; mt < T::kMTiles; ++mt) detail::pack_p<T::kBF16>(s[mt], kk, a[mt]);
+#pragma unroll
+            for (int np = 0; np < S::kNV / 2; ++np) {
+                u32 b0, b1, b2, b3;
+                ptx::ldsm_x4_t(aV + v_lane + warp::block_offset(S::kStrideV, warp_key0 + 16 * kk, 16 * np), b0, b1,
+                               b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < T::kMTiles; ++mt) {
+                    ptx::mma<T::kBF16>(acc_o[mt][2 * np], a[mt], b0, b1);
+                    ptx::mma<T::kBF16>(acc_o[mt][2 * np + 1], a[mt], b2, b3);
+                }
+            }
+        }
+    }
+
+    // Merge the warps: each leaves its rows' max, sum and unnormalized O in shared memory (over the ring).
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+    float* sO = reinterpret_cast<float*>(smem_raw);                    // [warp][row][kStrideO]
+    float* sMax = sO + T::kWarps * T::kBlockM * S::kStrideO;           // [warp][row]
+    float* sSum = sMax + T::kWarps * T::kBlockM;                       // [warp][row]
+    float* sWeight = sSum + T::kWarps * T::kBlockM;                    // [warp][row]: the merge's factor
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp * T::kBlockM + mt * 16 + g + 8 * h;
+            const float sum = detail::quad_sum(row_sum[mt][h]);
+            if ((lane & 3) == 0) sMax[r] = row_max[mt][h], sSum[r] = sum;
+#pragma unroll
+            for (int nb = 0; nb < S::kNV; ++nb)
+                *reinterpret_cast<float2*>(sO + r * S::kStrideO + nb * 8 + 2 * (lane & 3)) =
+                    make_float2(acc_o[mt][nb][2 * h], acc_o[mt][nb][2 * h + 1]);
+        }
+    __syncthreads();
+
+    // A row's LSE (natural log); a row that saw no key: O = 0, LSE +inf when final (as the forward), -inf when
+    // partial (so the combine gives it no weight).
+    const int rows_total = p.batch * p.heads_q * seqlen_q;
+    auto out_row = [&](int i) {  // (sequence, query head, token) of packed row i, in [batch, heads_q, seqlen_q] order
+        const int h = i / seqlen_q;
+        return (batch * p.heads_q + kv_head * p.q_per_kv + h) * seqlen_q + (i - h * seqlen_q);
+    };
+    if (tid < T::kBlockM) {
+        float m = detail::neg_inf();
+        for (int w = 0; w < T::kWarps; ++w) m = fmaxf(m, sMax[w * T::kBlockM + tid]);
+        float l = 0.f;
+        for (int w = 0; w < T::kWarps; ++w) {
+            const float mw = sMax[w * T::kBlockM + tid];
+            const float f = mw == detail::neg_inf() ? 0.f : ptx::fast_exp2((mw - m) * p.scale_log2);
+            sWeight[w * T::kBlockM + tid] = f;
+            l += f * sSum[w * T::kBlockM + tid];
+        }
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        for (int w = 0; w < T::kWarps; ++w) sWeight[w * T::kBlockM + tid] *= inv;
+        const float inf = __int_as_float(0x7f800000);
+        const float lse = l > 0.f ? m * p.scale + logf(l) : (p.num_splits == 1 ? inf : -inf);
+        if (row0 + tid < group_rows) {
+            const int out = out_row(row0 + tid);
+            if (p.num_splits > 1)
+                p.part_lse[split * rows_total + out] = lse;
+            else if (p.lse)
+                p.lse[out] = lse;
+        }
+    }
+    __syncthreads();
+
+    // O rows: column pairs spread over the threads.
+    constexpr int kPairs = (T::kHeadDimV + 1) / 2;
+    for (int i = tid; i < T::kBlockM * kPairs; i += kThreads) {
+        const int r = i / kPairs, c = 2 * (i - r * kPairs);
+        if (row0 + r >= group_rows) continue;
+        float o0 = 0.f, o1 = 0.f;
+#pragma unroll
+        for (int w = 0; w < T::kWarps; ++w) {
+            const float f = sWeight[w * T::kBlockM + r];
+            const float2 x = *reinterpret_cast<const float2*>(sO + (w * T::kBlockM + r) * S::kStrideO + c);
+            o0 += f * x.x, o1 += f * x.y;
+        }
+        const int packed = row0 + r, h = packed / seqlen_q;
+        if (p.num_splits > 1) {
+            *reinterpret_cast<float2*>(p.part_o + ((long long)split * rows_total + out_row(packed)) * T::kPadV + c) =
+                make_float2(o0, o1);
+        } else {
+            u16* o = static_cast<u16*>(p.o) + batch * p.o_batch_stride + (packed - h * seqlen_q) * p.o_seq_stride +
+                     (kv_head * p.q_per_kv + h) * p.o_head_stride;
+            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(o, c, o0, o1);
+        }
+    }
+}
+
+// Combine: one warp per output row (sequence, query head, token), over the splits' partial results.
+constexpr int kDecCombineWarps = 4;
+template <class T>
+__device__ __forceinline__ void flash_decode_combine(const DecParams& p) {
+    using ptx::u16;
+    __shared__ float weight[kDecCombineWarps][geometry::kDecMaxSplits];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rows_total = p.batch * p.heads_q * p.seqlen_q;
+    const int row = blockIdx.x * kDecCombineWarps + warp;
+    if (row >= rows_total) return;
+    float m = detail::neg_inf();
+    for (int s = lane; s < p.num_splits; s += 32) m = fmaxf(m, p.part_lse[s * rows_total + row]);
+    m = detail::warp_max(m);
+    float l = 0.f;
+    for (int s = lane; s < p.num_splits; s += 32) {
+        const float e = m == detail::neg_inf() ? 0.f : __expf(p.part_lse[s * rows_total + row] - m);
+        weight[warp][s] = e;
+        l += e;
+    }
+    l = detail::warp_sum(l);
+    __syncwarp();
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    if (lane == 0 && p.lse) p.lse[row] = l > 0.f ? m + logf(l) : __int_as_float(0x7f800000);
+    // row = (batch * heads_q + head) * seqlen_q + token
+    const int token = row % p.seqlen_q, bh = row / p.seqlen_q, head = bh % p.heads_q, batch = bh / p.heads_q;
+    u16* o = static_cast<u16*>(p.o) + batch * p.o_batch_stride + token * p.o_seq_stride + head * p.o_head_stride;
+    for (int c = 2 * lane; c < T::kHeadDimV; c += 64) {
+        float o0 = 0.f, o1 = 0.f;
+        for (int s = 0; s < p.num_splits; ++s) {
+            const float2 x = *reinterpret_cast<const float2*>(p.part_o + ((long long)s * rows_total + row) * T::kPadV + c);
+            o0 += weight[warp][s] * x.x, o1 += weight[warp][s] * x.y;
+        }
+        detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(o, c, o0 * inv, o1 * inv);
+    }
+}
+
+}  // namespace rtattn

@@ -1,0 +1,383 @@
+// The decode kernels on the GPU against the float64 reference, one sequence at a time. Each case: fresh random Q and
+// a KV cache whose slots past each sequence's length hold NaN (a kernel that reads past a length poisons its
+// result); in paged cases the pages are shuffled over a pool with unused pages (NaN too), and head-major pages are
+// tried; O and LSE are poisoned before the launch and must be written everywhere, and nowhere past their guards.
+// Split counts from 1 to many, ragged batches with empty and one-token sequences, GQA/MQA, several query tokens
+// (causal: speculative decoding), and a CUDA graph captured once and replayed with new lengths.
+// Tagged [gpu]: skipped, visibly, without a GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "gpu_harness.hpp"
+
+using namespace rtattn;
+using namespace rtattn::test::gpu;
+
+namespace {
+
+struct DecodeCase {
+    int d_qk = 128, d_v = 128;
+    Dtype dtype = Dtype::bf16;
+    bool causal = false;
+    int heads_q = 8, heads_kv = 2;
+    int seqlen_q = 1;                // query tokens per sequence
+    std::vector<int> lens;           // keys cached per sequence
+    int page_size = 0;               // 0: a dense cache [batch, capacity, heads_kv, d]
+    bool head_major = false;         // paged: pages as [heads_kv, page_size, d]
+    int num_splits = 0;              // 0: the library's choice
+    int extra_capacity = 5;          // seqlen_k = max(lens) + this (dense: the cache's rows; paged: table capacity)
+
+    int batch() const { return int(lens.size()); }
+    int seqlen_k() const { return *std::max_element(lens.begin(), lens.end()) + extra_capacity; }
+    AttentionConfig config() const {
+        AttentionConfig c;
+        c.head_dim_qk = d_qk;
+        if (d_v != d_qk) c.head_dim_v = d_v;
+        c.dtype = dtype;
+        c.causal = causal;
+        c.num_heads_q = heads_q;
+        c.num_heads_kv = heads_kv;
+        c.decode = true;
+        c.paged_kv = page_size > 0;
+        if (test_arch()) c.arch = test_arch();
+        return c;
+    }
+    std::string describe() const {
+        std::string l;
+        for (int x : lens) l += fmt::format("{}{}", l.empty() ? "" : ",", x);
+        return fmt::format("d{}{} {} {} h{}:{} q{} lens[{}] {} splits={}", d_qk,
+                           d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
+                           causal ? "causal" : "full", heads_q, heads_kv, seqlen_q, l,
+                           page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
+                           num_splits);
+    }
+    std::uint32_t seed() const {
+        std::uint32_t h = 2166136261u;
+        for (unsigned char ch : describe()) h = (h ^ ch) * 16777619u;
+        return h;
+    }
+};
+
+constexpr std::uint16_t kNaN16 = test::kPoison16;
+
+// One sequence's keys as the reference reads them (contiguous [len, heads_kv, d]).
+struct HostSeq {
+    std::vector<std::uint16_t> k, v;
+};
+
+struct DecodeProblem {
+    DecodeCase c;
+    std::vector<std::uint16_t> q;          // [batch, seqlen_q, heads_q, d_qk]
+    std::vector<std::uint16_t> kc, vc;     // the cache: dense [batch, cap, hkv, d] or pages
+    TensorArg k_arg, v_arg;                // strides (ptr filled on the device)
+    std::vector<std::int32_t> table;       // paged: [batch, pages_per_seq]
+    int pages_per_seq = 0;
+    std::vector<HostSeq> seqs;
+};
+
+// Writes sequence b's keys into the cache and keeps a contiguous copy for the reference.
+DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
+    DecodeProblem p;
+    p.c = c;
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto rnd = [&] { return test::to_bits(u(rng), c.dtype); };
+    const int b_n = c.batch(), hq = c.heads_q, hkv = c.heads_kv, cap = c.seqlen_k();
+    p.q.resize(std::size_t(b_n) * c.seqlen_q * hq * c.d_qk);
+    for (auto& x : p.q) x = rnd();
+    if (c.page_size == 0) {
+        p.kc.assign(std::size_t(b_n) * cap * hkv * c.d_qk, kNaN16);
+        p.vc.assign(std::size_t(b_n) * cap * hkv * c.d_v, kNaN16);
+        auto dense = [&](int d) { return TensorArg{nullptr, std::int64_t(cap) * hkv * d, std::int64_t(hkv) * d, d}; };
+        p.k_arg = dense(c.d_qk), p.v_arg = dense(c.d_v);
+    } else {
+        const int ps = c.page_size;
+        p.pages_per_seq = (cap + ps - 1) / ps;
+        const int pool = b_n * p.pages_per_seq + 3;  // unused pages stay NaN
+        std::vector<int> order(pool);
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        p.table.assign(std::size_t(b_n) * p.pages_per_seq, 0);
+        for (std::size_t i = 0; i < p.table.size(); ++i) p.table[i] = order[i];
+        p.kc.assign(std::size_t(pool) * ps * hkv * c.d_qk, kNaN16);
+        p.vc.assign(std::size_t(pool) * ps * hkv * c.d_v, kNaN16);
+        auto paged = [&](int d) {
+            const std::int64_t page = std::int64_t(ps) * hkv * d;
+            return c.head_major ? TensorArg{nullptr, page, d, std::int64_t(ps) * d}
+                                : TensorArg{nullptr, page, std::int64_t(hkv) * d, d};
+        };
+        p.k_arg = paged(c.d_qk), p.v_arg = paged(c.d_v);
+    }
+    auto slot = [&](const TensorArg& t, int b, int j, int h) -> std::int64_t {
+        if (c.page_size == 0) return b * t.batch_stride + j * t.seq_stride + h * t.head_stride;
+        const int page = p.table[std::size_t(b) * p.pages_per_seq + j / c.page_size];
+        return page * t.batch_stride + (j % c.page_size) * t.seq_stride + h * t.head_stride;
+    };
+    p.seqs.resize(b_n);
+    for (int b = 0; b < b_n; ++b) {
+        HostSeq& s = p.seqs[b];
+        s.k.resize(std::size_t(c.lens[b]) * hkv * c.d_qk);
+        s.v.resize(std::size_t(c.lens[b]) * hkv * c.d_v);
+        for (int j = 0; j < c.lens[b]; ++j)
+            for (int h = 0; h < hkv; ++h) {
+                for (int d = 0; d < c.d_qk; ++d)
+                    s.k[(std::size_t(j) * hkv + h) * c.d_qk + d] = p.kc[slot(p.k_arg, b, j, h) + d] = rnd();
+                for (int d = 0; d < c.d_v; ++d)
+                    s.v[(std::size_t(j) * hkv + h) * c.d_v + d] = p.vc[slot(p.v_arg, b, j, h) + d] = rnd();
+            }
+    }
+    return p;
+}
+
+// The float64 result: O [batch, seqlen_q, heads_q, d_v] and LSE [batch, heads_q, seqlen_q] (+inf: no key).
+struct Expected {
+    std::vector<double> o, lse;
+};
+
+Expected reference(const DecodeProblem& p) {
+    const DecodeCase& c = p.c;
+    Expected e;
+    e.o.assign(std::size_t(c.batch()) * c.seqlen_q * c.heads_q * c.d_v, 0.0);
+    e.lse.assign(std::size_t(c.batch()) * c.heads_q * c.seqlen_q, INFINITY);
+    for (int b = 0; b < c.batch(); ++b) {
+        if (c.lens[b] == 0) continue;
+        test::ReferenceProblem r;
+        r.dtype = c.dtype, r.batch = 1, r.seqlen_q = c.seqlen_q, r.seqlen_k = c.lens[b];
+        r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
+        r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
+        r.q = {p.q.data() + std::size_t(b) * c.seqlen_q * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
+               c.d_qk};
+        r.k = {p.seqs[b].k.data(), 0, std::int64_t(c.heads_kv) * c.d_qk, c.d_qk};
+        r.v = {p.seqs[b].v.data(), 0, std::int64_t(c.heads_kv) * c.d_v, c.d_v};
+        const test::ReferenceResult got = test::reference_forward(r);
+        std::copy(got.o.begin(), got.o.end(), e.o.begin() + std::size_t(b) * c.seqlen_q * c.heads_q * c.d_v);
+        std::copy(got.lse.begin(), got.lse.end(), e.lse.begin() + std::size_t(b) * c.heads_q * c.seqlen_q);
+    }
+    return e;
+}
+
+struct DeviceDecode {
+    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws;
+    ForwardArgs args;
+};
+
+DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
+    const DecodeCase& c = p.c;
+    DeviceDecode d;
+    auto put = [](const auto& host, std::size_t extra = 0) {
+        driver::DeviceBuffer buf(std::max<std::size_t>(host.size() * sizeof(host[0]) + extra, 16));
+        if (!host.empty()) buf.upload(host.data(), host.size() * sizeof(host[0]));
+        return buf;
+    };
+    d.q = put(p.q), d.kc = put(p.kc), d.vc = put(p.vc), d.table = put(p.table), d.lens = put(p.c.lens);
+    d.o = driver::DeviceBuffer((std::size_t(c.batch()) * c.seqlen_q * c.heads_q * c.d_v + kGuard) * 2);
+    d.lse = driver::DeviceBuffer((std::size_t(c.batch()) * c.heads_q * c.seqlen_q + kGuard) * 4);
+    ForwardArgs& a = d.args;
+    a.q = ForwardArgs::contiguous(d.q.get(), c.seqlen_q, c.heads_q, c.d_qk);
+    a.k = p.k_arg, a.k.ptr = d.kc.get();
+    a.v = p.v_arg, a.v.ptr = d.vc.get();
+    a.o = ForwardArgs::contiguous(d.o.get(), c.seqlen_q, c.heads_q, c.d_v);
+    a.lse = static_cast<float*>(d.lse.get());
+    a.batch = c.batch(), a.seqlen_q = c.seqlen_q, a.seqlen_k = c.seqlen_k();
+    a.seqlens_k = static_cast<const std::int32_t*>(d.lens.get());
+    if (c.page_size) {
+        a.block_table = static_cast<const std::int32_t*>(d.table.get());
+        a.block_table_stride = a.pages_per_seq = p.pages_per_seq;
+        a.page_size = c.page_size;
+    }
+    a.num_splits = c.num_splits;
+    const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
+    d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
+    a.workspace = d.ws.get(), a.workspace_bytes = ws;
+    return d;
+}
+
+// Errors of one run, judged as the forward suite judges.
+std::string judge(const DecodeProblem& p, const DeviceDecode& d, const Expected& e) {
+    const DecodeCase& c = p.c;
+    std::vector<std::uint16_t> o(e.o.size() + kGuard);
+    std::vector<float> lse(e.lse.size() + kGuard);
+    d.o.download(o.data(), o.size() * 2);
+    d.lse.download(lse.data(), lse.size() * 4);
+    std::vector<double> got_o(e.o.size()), got_lse, ref_lse;
+    std::size_t unwritten = 0, stray = 0, empty_bad = 0;
+    for (std::size_t i = 0; i < e.o.size(); ++i) {
+        unwritten += o[i] == test::kPoison16;
+        got_o[i] = test::from_bits(o[i], c.dtype);
+    }
+    for (std::size_t i = e.o.size(); i < o.size(); ++i) stray += o[i] != test::kPoison16;
+    for (std::size_t i = 0; i < e.lse.size(); ++i) {
+        if (std::isinf(e.lse[i])) {  // no key: O row zero, LSE +inf
+            empty_bad += !(std::isinf(lse[i]) && lse[i] > 0);
+            continue;
+        }
+        got_lse.push_back(lse[i]), ref_lse.push_back(e.lse[i]);
+    }
+    for (std::size_t i = e.lse.size(); i < lse.size(); ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &lse[i], 4);
+        stray += bits != test::kPoison32;
+    }
+    const double o_err = test::rel_frobenius(got_o, e.o);
+    const double lse_err = test::rel_frobenius_floor1(got_lse, ref_lse);
+    std::string why;
+    if (!(o_err <= o_tolerance(c.dtype))) why += fmt::format(" O error {:.3g} > {:.3g};", o_err, o_tolerance(c.dtype));
+    if (!(lse_err <= kLseTolerance)) why += fmt::format(" LSE error {:.3g} > {:.3g};", lse_err, kLseTolerance);
+    if (unwritten) why += fmt::format(" {} O elements unwritten;", unwritten);
+    if (stray) why += fmt::format(" {} guard elements changed;", stray);
+    if (empty_bad) why += fmt::format(" {} keyless rows without LSE +inf;", empty_bad);
+    UNSCOPED_INFO(c.describe() << ": O error " << o_err << ", LSE error " << lse_err);
+    return why;
+}
+
+void poison(DeviceDecode& d) {
+    d.o.fill_u16(test::kPoison16);
+    d.lse.fill_u32(test::kPoison32);
+    d.ws.fill_u32(0x7fc00000u);  // partial results must be written before the combine reads them
+}
+
+void run_case(const DecodeCase& c) {
+    std::mt19937 rng(c.seed());
+    const DecodeProblem p = make_problem(c, rng);
+    const Kernel kernel = runtime().get(c.config());
+    DeviceDecode d = upload(p, kernel);
+    poison(d);
+    sync_legacy_stream();
+    kernel.forward(d.args);
+    sync_legacy_stream();
+    const std::string why = judge(p, d, reference(p));
+    INFO(c.describe() << " (" << kernel.num_splits(c.batch(), c.seqlen_q, c.seqlen_k(), c.num_splits)
+                      << " splits)");
+    CHECK(why.empty());
+    if (!why.empty()) FAIL_CHECK(why);
+}
+
+std::vector<int> ragged(std::mt19937& rng, int n, int max_len) {
+    std::uniform_int_distribution<int> len(1, max_len);
+    std::vector<int> v(n);
+    for (int& x : v) x = len(rng);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("decode: head dims, dense and paged, one query token", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(7);
+    for (int d : {1, 64, 80, 100, 128, 132, 192, 256})
+        for (int ps : {0, 16}) {
+            DecodeCase c;
+            c.d_qk = c.d_v = d;
+            c.lens = ragged(rng, 3, 700);
+            c.page_size = ps;
+            run_case(c);
+        }
+}
+
+TEST_CASE("decode: page sizes, head-major pages, splits", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    for (int ps : {1, 2, 16, 64, 256})
+        for (int splits : {0, 1, 3, 17}) {
+            DecodeCase c;
+            c.lens = {1000, 1, 333, 64};
+            c.page_size = ps;
+            c.head_major = ps == 64;
+            c.num_splits = splits;
+            run_case(c);
+        }
+}
+
+TEST_CASE("decode: ragged batches with empty and one-key sequences, GQA and MQA", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    for (auto [hq, hkv] : {std::pair{8, 8}, {32, 8}, {16, 1}, {12, 4}})
+        for (Dtype dt : {Dtype::bf16, Dtype::fp16}) {
+            DecodeCase c;
+            c.heads_q = hq, c.heads_kv = hkv, c.dtype = dt;
+            c.lens = {0, 1, 2, 65, 4096, 0, 513};
+            c.page_size = hq == 32 ? 16 : 0;
+            run_case(c);
+        }
+}
+
+TEST_CASE("decode: several query tokens (speculative decoding), causal or not", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    for (int sq : {2, 4, 7, 16})
+        for (bool causal : {false, true}) {
+            DecodeCase c;
+            c.heads_q = 32, c.heads_kv = 8;
+            c.seqlen_q = sq, c.causal = causal;
+            c.lens = {3, 17, 900, 2000};  // 3 < 7, 16: some rows see no key when causal
+            c.page_size = 16;
+            c.num_splits = sq == 4 ? 5 : 0;
+            run_case(c);
+        }
+    DecodeCase wide;  // d_qk != d_v, MQA, 16 tokens x 16 heads = 256 rows over several row blocks
+    wide.d_qk = 192, wide.d_v = 128, wide.heads_q = 16, wide.heads_kv = 1, wide.seqlen_q = 16, wide.causal = true;
+    wide.lens = {40, 300};
+    run_case(wide);
+}
+
+TEST_CASE("decode: long sequences split many ways", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    DecodeCase c;
+    c.heads_q = 8, c.heads_kv = 1;
+    c.lens = {40000};
+    c.page_size = 16;
+    run_case(c);  // the library's choice: many splits for one sequence
+    c.num_splits = 128;
+    run_case(c);
+}
+
+TEST_CASE("decode: a CUDA graph captured once replays with new lengths", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    DecodeCase c;
+    c.heads_q = 32, c.heads_kv = 8;
+    c.lens = {100, 2000, 7};
+    c.extra_capacity = 3000;  // room to grow: seqlen_k, hence the split count, stays fixed
+    c.page_size = 16;
+    std::mt19937 rng(c.seed());
+    DecodeProblem p = make_problem(c, rng);
+    const Kernel kernel = runtime().get(c.config());
+    DeviceDecode d = upload(p, kernel);
+    const auto& api = driver::api();
+    driver::Stream s;
+    CUgraph g = nullptr;
+    CUgraphExec exec = nullptr;
+    driver::check(api.cuStreamBeginCapture(s.get(), CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    try {
+        kernel.forward(d.args, s.get());
+    } catch (...) {
+        api.cuStreamEndCapture(s.get(), &g);
+        throw;
+    }
+    driver::check(api.cuStreamEndCapture(s.get(), &g), "cuStreamEndCapture");
+    driver::check(api.cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+    // Replay twice: as captured, then after the engine appended tokens (new lengths on the device, same buffers).
+    for (const std::vector<int>& lens : {c.lens, std::vector<int>{4000, 2001, 0}}) {
+        DecodeCase now = c;
+        now.lens = lens;
+        now.extra_capacity = c.seqlen_k() - *std::max_element(lens.begin(), lens.end());
+        std::mt19937 rng2(now.seed());
+        const DecodeProblem q = make_problem(now, rng2);  // same shapes and table size: seqlen_k is unchanged
+        REQUIRE(q.kc.size() == p.kc.size());
+        REQUIRE(now.seqlen_k() <= c.seqlen_k());
+        d.q.upload(q.q.data(), q.q.size() * 2);
+        d.kc.upload(q.kc.data(), q.kc.size() * 2);
+        d.vc.upload(q.vc.data(), q.vc.size() * 2);
+        d.table.upload(q.table.data(), q.table.size() * 4);
+        d.lens.upload(lens.data(), lens.size() * 4);
+        poison(d);
+        sync_legacy_stream();
+        driver::check(api.cuGraphLaunch(exec, s.get()), "cuGraphLaunch");
+        s.sync();
+        const std::string why = judge(q, d, reference(q));
+        CHECK(why.empty());
+        if (!why.empty()) FAIL_CHECK(why);
+    }
+    api.cuGraphExecDestroy(exec);
+    api.cuGraphDestroy(g);
+}
