@@ -334,6 +334,11 @@ static void test_decode(void) {
     CHECK(c.decode == 0 && c.paged_kv == 0);
     c.decode = 2;
     CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "decode");
+    c.decode = 0, c.varlen = 2;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "varlen");
+    c.decode = 1, c.varlen = 1;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "varlen");
+    c.varlen = 0;
     c.decode = 0, c.paged_kv = 1;
     CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "paged_kv");
     c.decode = 1, c.num_heads_q = 32, c.num_heads_kv = 8, c.arch = "sm_80";

@@ -16,22 +16,26 @@
 using rtattn::AttentionConfig;
 
 namespace {
-rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0) {
+rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
+                                bool varlen = false) {
     AttentionConfig c;
     c.head_dim_qk = d;
     if (dv) c.head_dim_v = dv;
     c.arch = arch;
     c.dtype = dt;
     c.causal = causal;
+    c.varlen = varlen;
     return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
 }
-rtattn::compile::Compiled build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0) {
+rtattn::compile::Compiled build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
+                                         bool varlen = false) {
     AttentionConfig c;
     c.head_dim_qk = d;
     if (dv) c.head_dim_v = dv;
     c.arch = arch;
     c.dtype = dt;
     c.causal = causal;
+    c.varlen = varlen;
     return rtattn::compile::compile(rtattn::kernels::render_backward(rtattn::plan::plan_backward(c)), arch);
 }
 rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt, bool causal, bool paged) {
@@ -135,10 +139,11 @@ TEST_CASE("ptxas report parsing", "[compile]") {
 }
 
 // Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path
-// Hopper runs until its own backward family exists); dtype and causal alternate with d. In parallel. Hidden by
-// default: ctest runs it as its own test, test_compile_sweep.
-TEST_CASE("every head dim 1..256 compiles without spills, forward, backward and decode", "[.sweep]") {
-    enum Kind { forward, backward, decode };
+// Hopper runs until its own backward family exists); dtype and causal alternate with d. The varlen forward and
+// backward (the same kernels addressing through cu_seqlens) once per head dim, the arch alternating with d. In
+// parallel. Hidden by default: ctest runs it as its own test, test_compile_sweep.
+TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, varlen and decode", "[.sweep]") {
+    enum Kind { forward, backward, decode, varlen_forward, varlen_backward };
     struct Job {
         int d;
         const char* arch;
@@ -153,6 +158,8 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward and 
         for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, forward});
         for (const char* arch : {"sm_80", "sm_90"}) jobs.push_back({d, arch, backward});
         for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, decode});
+        jobs.push_back({d, d % 2 ? "sm_80" : "sm_90a", varlen_forward});
+        jobs.push_back({d, d % 2 ? "sm_90" : "sm_80", varlen_backward});
     }
     std::atomic<size_t> next{0};
     std::mutex mu;
@@ -172,8 +179,8 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward and 
                     r.regs = std::min(r.regs, e.registers);  // -1 (not found) fails below
                 }
             };
-            if (job.kind == forward) {
-                const auto out = build(job.d, job.arch, dt, causal);
+            if (job.kind == forward || job.kind == varlen_forward) {
+                const auto out = build(job.d, job.arch, dt, causal, 0, job.kind == varlen_forward);
                 r.spills = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
                 r.stack = out.ptxas.stack_bytes;
                 r.regs = out.ptxas.registers;
@@ -182,7 +189,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward and 
                 entries(build_decode(job.d, job.arch, dt, causal, job.d % 4 < 2),
                         {"rtattn_fwd_kernel", "rtattn_dec_combine"});
             } else {
-                entries(build_backward(job.d, job.arch, dt, causal),
+                entries(build_backward(job.d, job.arch, dt, causal, 0, job.kind == varlen_backward),
                         {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"});
             }
             std::lock_guard<std::mutex> lock(mu);

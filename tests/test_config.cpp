@@ -113,6 +113,10 @@ TEST_CASE("JSON round trip is exact", "[config]") {
     d.paged_kv = true;
     CHECK(AttentionConfig::from_json(d.to_json()) == d);
     CHECK(AttentionConfig::from_json(R"({"head_dim": 64})").decode == false);
+    AttentionConfig v;
+    v.varlen = true;
+    CHECK(AttentionConfig::from_json(v.to_json()) == v);
+    CHECK(v != AttentionConfig{});
 }
 
 // The field and message from_json's ConfigError names, or "<no error>" for both.
@@ -178,4 +182,20 @@ TEST_CASE("decode and paged_kv: booleans, and a paged cache needs the decode ker
     CHECK(c.describe().find("decode paged") != std::string::npos);
     CHECK(json_error(R"({"head_dim": 64, "decode": 1})").first == "decode");
     CHECK(json_error(R"({"head_dim": 64, "paged_kv": true})").first == "paged_kv");
+}
+
+TEST_CASE("varlen: a boolean, the packed prefill (not with decode)", "[config]") {
+    AttentionConfig c;
+    c.varlen = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.describe().find("varlen") != std::string::npos);
+    c.decode = true;
+    try {
+        c.validate();
+        FAIL("varlen with decode was accepted");
+    } catch (const ConfigError& e) {
+        CHECK(e.field() == "varlen");
+    }
+    CHECK(json_error(R"({"head_dim": 64, "varlen": "yes"})").first == "varlen");
+    CHECK(AttentionConfig::from_json(R"({"head_dim": 64, "varlen": true})").varlen);
 }

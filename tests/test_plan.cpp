@@ -5,6 +5,7 @@
 #include "arch/arch.hpp"
 #include "catch.hpp"
 #include "common/geometry.h"
+#include "kernels/backward.hpp"
 #include "kernels/forward.hpp"
 #include "plan/backward.hpp"
 #include "plan/plan.hpp"
@@ -211,6 +212,33 @@ TEST_CASE("plan refuses what it cannot serve, naming the field", "[plan]") {
     CHECK(field_of(cfg(257, "sm_90a")) == "head_dim_qk");
     CHECK(field_of(cfg(128, "")) == "arch");
     CHECK(field_of(cfg(128, "sm_100")) == "arch");
+}
+
+TEST_CASE("varlen configs plan as their dense twins, forward and backward, with their own kernels", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
+        for (int d : {1, 64, 100, 128, 132, 192, 256})
+            for (bool causal : {false, true}) {
+                AttentionConfig c = cfg(d, arch);
+                c.causal = causal;
+                const KernelPlan dense = plan(c);
+                const auto dense_bwd = rtattn::plan::plan_backward(c);
+                c.varlen = true;
+                const KernelPlan packed = plan(c);
+                const auto packed_bwd = rtattn::plan::plan_backward(c);
+                CAPTURE(arch, d, causal);
+                // The same family and tile (varlen is addressing, not a tile choice), a different kernel source.
+                CHECK(packed.family == dense.family);
+                CHECK(packed.block_m == dense.block_m);
+                CHECK(packed.block_n == dense.block_n);
+                CHECK(packed.stages == dense.stages);
+                CHECK(packed.varlen);
+                CHECK(packed_bwd.block_n == dense_bwd.block_n);
+                CHECK(rtattn::plan::plan_json(packed).find("\"varlen\":true") != std::string::npos);
+                const auto src = rtattn::kernels::render_plan(packed);
+                CHECK(src.stub.find("kVarlen = true") != std::string::npos);
+                CHECK(src.stub != rtattn::kernels::render_plan(dense).stub);
+                CHECK(rtattn::kernels::render_backward(packed_bwd).stub.find("kVarlen = true") != std::string::npos);
+            }
 }
 
 TEST_CASE("decode configs plan from the decode table on every arch, and have no backward", "[plan]") {

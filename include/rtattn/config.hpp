@@ -27,6 +27,7 @@ struct AttentionConfig {
     std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
     bool decode = false;                // 1..16 query tokens per sequence against a KV cache (split-KV decode)
     bool paged_kv = false;              // K and V in a paged cache with a block table (needs decode)
+    bool varlen = false;                // packed sequences of different lengths (cu_seqlens), forward and backward
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }
@@ -45,7 +46,7 @@ struct AttentionConfig {
         return a.head_dim_qk == b.head_dim_qk && a.head_dim_v == b.head_dim_v && a.dtype == b.dtype &&
                a.causal == b.causal && a.num_heads_q == b.num_heads_q && a.num_heads_kv == b.num_heads_kv &&
                a.softmax_scale == b.softmax_scale && a.arch == b.arch && a.decode == b.decode &&
-               a.paged_kv == b.paged_kv;
+               a.paged_kv == b.paged_kv && a.varlen == b.varlen;
     }
     friend bool operator!=(const AttentionConfig& a, const AttentionConfig& b) { return !(a == b); }
 };
@@ -79,6 +80,7 @@ inline rtattn_config to_c(const AttentionConfig& c) {
     out.arch = c.arch.c_str();
     out.decode = c.decode;
     out.paged_kv = c.paged_kv;
+    out.varlen = c.varlen;
     return out;
 }
 
@@ -94,6 +96,7 @@ inline AttentionConfig from_c(const rtattn_config& c) {
     out.arch = str(c.arch);
     out.decode = c.decode != 0;
     out.paged_kv = c.paged_kv != 0;
+    out.varlen = c.varlen != 0;
     return out;
 }
 

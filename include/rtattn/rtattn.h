@@ -85,6 +85,7 @@ typedef struct rtattn_config {
     const char* arch;          /* "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL or "" = the current device */
     int32_t decode;            /* 0 or 1: 1..16 query tokens per sequence against a KV cache (split-KV decode) */
     int32_t paged_kv;          /* 0 or 1: K and V in a paged cache addressed through a block table (needs decode) */
+    int32_t varlen;            /* 0 or 1: packed sequences of different lengths (cu_seqlens_q/k), forward and backward */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -198,6 +199,13 @@ typedef struct rtattn_forward_args {
     int32_t num_splits;         /* key splits per sequence, 1..128; 0: the library chooses */
     void* workspace;            /* device, 256-byte aligned, rtattn_kernel_workspace_bytes(...) bytes (0 for prefill) */
     size_t workspace_bytes;
+    /* Varlen configs only (config.varlen), FlashAttention's varlen layout: q, k, v, o are [total, heads, dim] with
+     * batch_stride 0; sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and o (cu_seqlens_k: k and v);
+     * batch = number of sequences, seqlen_q / seqlen_k = the longest (max_seqlen_q/k; they size the grid); lse is
+     * [heads_q, total_q]. Offsets stay on the device, unchecked; the kernels clamp them into total_q / total_k. */
+    const int32_t* cu_seqlens_q; /* device [batch + 1] int32, non-decreasing from 0 */
+    const int32_t* cu_seqlens_k; /* device [batch + 1] int32 */
+    int32_t total_q, total_k;    /* rows of the packed q/o and k/v */
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);
@@ -249,6 +257,11 @@ typedef struct rtattn_backward_args {
     void* workspace;            /* device memory, 256-byte aligned, rtattn_backward_kernel_workspace_bytes(...) */
     size_t workspace_bytes;
     int32_t deterministic;      /* 1: bitwise-identical gradients run to run (slower) */
+    /* Varlen configs: as rtattn_forward_args (lse, dlse [heads_q, total_q]; the workspace is sized by batch and
+     * the longest sequence). */
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_k;
+    int32_t total_q, total_k;
 } rtattn_backward_args;
 
 RTATTN_API void rtattn_backward_args_init(rtattn_backward_args* args);

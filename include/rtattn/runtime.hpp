@@ -51,6 +51,8 @@ public:
         a.seqlens_k = args.seqlens_k, a.block_table = args.block_table, a.block_table_stride = args.block_table_stride;
         a.pages_per_seq = args.pages_per_seq, a.page_size = args.page_size, a.num_splits = args.num_splits;
         a.workspace = args.workspace, a.workspace_bytes = args.workspace_bytes;
+        a.cu_seqlens_q = args.cu_seqlens_q, a.cu_seqlens_k = args.cu_seqlens_k;
+        a.total_q = args.total_q, a.total_k = args.total_k;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
     // Device workspace one call with these sizes needs: the decode kernels' partial results per split (0 for the
@@ -110,6 +112,8 @@ public:
         a.batch = args.batch, a.seqlen_q = args.seqlen_q, a.seqlen_k = args.seqlen_k;
         a.workspace = args.workspace, a.workspace_bytes = args.workspace_bytes;
         a.deterministic = args.deterministic ? 1 : 0;
+        a.cu_seqlens_q = args.cu_seqlens_q, a.cu_seqlens_k = args.cu_seqlens_k;
+        a.total_q = args.total_q, a.total_k = args.total_k;
         detail::check(rtattn_kernel_backward(handle_checked(), &a, stream));
     }
     const AttentionConfig& config() const { return state().config; }  // arch resolved

@@ -89,6 +89,21 @@ struct ForwardArgs {
     void* workspace = nullptr;                  // device, 256-byte aligned: Kernel::workspace_bytes(...)
     std::size_t workspace_bytes = 0;
 
+    // Varlen configs (config.varlen) only, FlashAttention's varlen layout: q, k, v and o are [total, heads, dim]
+    // (batch_stride 0) and sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and o, cu_seqlens_k[b] ..
+    // of k and v. batch is the number of sequences, seqlen_q / seqlen_k the longest (max_seqlen_q / max_seqlen_k:
+    // they size the grid, so a longer sequence's rows past them are not computed). lse is [heads_q, total_q].
+    // Causal is aligned bottom-right per sequence. The offsets stay on the device: only total_q / total_k are
+    // checked here, and the kernels clamp offsets into them, so bad offsets cannot touch memory outside the tensors.
+    const std::int32_t* cu_seqlens_q = nullptr;  // device [batch + 1] int32, non-decreasing, cu_seqlens_q[0] = 0
+    const std::int32_t* cu_seqlens_k = nullptr;  // device [batch + 1] int32
+    int total_q = 0, total_k = 0;                // rows of the packed q/o and k/v
+
+    // A packed [total, heads, dim] tensor with contiguous rows, for varlen configs.
+    static TensorArg packed(const void* ptr, int heads, int dim) {
+        return TensorArg{ptr, 0, std::int64_t(heads) * dim, dim};
+    }
+
     // Fills strides for a contiguous [batch, seq, head, dim] tensor.
     static TensorArg contiguous(const void* ptr, int seqlen, int heads, int dim) {
         return TensorArg{ptr, std::int64_t(seqlen) * heads * dim, std::int64_t(heads) * dim, dim};
@@ -111,6 +126,11 @@ struct BackwardArgs {
     void* workspace = nullptr;       // device memory, 256-byte aligned, at least workspace_bytes(...) of the kernel
     std::size_t workspace_bytes = 0; // its size
     bool deterministic = false;      // bitwise-identical gradients run to run (dQ added in a fixed order; slower)
+    // Varlen configs: as ForwardArgs (every tensor [total, heads, dim], lse and dlse [heads_q, total_q]); the
+    // workspace is sized by batch and the longest sequence: workspace_bytes(batch, seqlen_q, seqlen_k).
+    const std::int32_t* cu_seqlens_q = nullptr;
+    const std::int32_t* cu_seqlens_k = nullptr;
+    int total_q = 0, total_k = 0;
 };
 
 // What the planner chose, for `rtattn info` and logging.

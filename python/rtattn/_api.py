@@ -124,6 +124,7 @@ class AttentionConfig:
     arch: str = ""                         # "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; "": the current device
     decode: bool = False                   # 1..16 query tokens per sequence against a KV cache (split-KV decode)
     paged_kv: bool = False                 # K and V in a paged cache with a block table (needs decode)
+    varlen: bool = False                   # packed sequences of different lengths (cu_seqlens), forward and backward
 
     def _to_c(self) -> "_lib.Config":
         c = _lib.Config()
@@ -134,7 +135,7 @@ class AttentionConfig:
         dtype = ctypes.c_int32(0)
         _check(lib.rtattn_dtype_from_string(str(self.dtype).encode(), ctypes.byref(dtype)))
         c.dtype = dtype.value
-        for name in ("causal", "decode", "paged_kv"):
+        for name in ("causal", "decode", "paged_kv", "varlen"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ConfigError(f"{name}: {value!r} is not True or False", name)
@@ -153,7 +154,8 @@ class AttentionConfig:
                                dtype="bf16" if c.dtype == _lib.BF16 else "fp16", causal=bool(c.causal),
                                num_heads_q=c.num_heads_q, num_heads_kv=c.num_heads_kv,
                                softmax_scale=c.softmax_scale if c.has_softmax_scale else None,
-                               arch=_s(c.arch), decode=bool(c.decode), paged_kv=bool(c.paged_kv))
+                               arch=_s(c.arch), decode=bool(c.decode), paged_kv=bool(c.paged_kv),
+                               varlen=bool(c.varlen))
 
     def validate(self) -> None:
         """Raises ConfigError naming the first bad field and its allowed range."""

@@ -26,7 +26,7 @@ class Config(ctypes.Structure):
     _fields_ = [("struct_size", _size), ("head_dim_qk", _i32), ("has_head_dim_v", _i32), ("head_dim_v", _i32),
                 ("dtype", _i32), ("causal", _i32), ("num_heads_q", _i32), ("num_heads_kv", _i32),
                 ("has_softmax_scale", _i32), ("softmax_scale", _f64), ("arch", _str), ("decode", _i32),
-                ("paged_kv", _i32)]
+                ("paged_kv", _i32), ("varlen", _i32)]
 
 
 LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, _i32, _str)
@@ -61,14 +61,16 @@ class ForwardArgs(ctypes.Structure):
                 ("lse", ctypes.c_void_p), ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32),
                 ("seqlens_k", ctypes.c_void_p), ("block_table", ctypes.c_void_p), ("block_table_stride", _i64),
                 ("pages_per_seq", _i32), ("page_size", _i32), ("num_splits", _i32), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", _size)]
+                ("workspace_bytes", _size), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+                ("total_q", _i32), ("total_k", _i32)]
 
 
 class BackwardArgs(ctypes.Structure):
     _fields_ = [("struct_size", _size), ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
                 ("dout", Tensor), ("lse", ctypes.c_void_p), ("dlse", ctypes.c_void_p), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
                 ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", _size), ("deterministic", _i32)]
+                ("workspace_bytes", _size), ("deterministic", _i32), ("cu_seqlens_q", ctypes.c_void_p),
+                ("cu_seqlens_k", ctypes.c_void_p), ("total_q", _i32), ("total_k", _i32)]
 
 
 _P = ctypes.POINTER

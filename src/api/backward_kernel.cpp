@@ -14,15 +14,22 @@ namespace {
 void validate_backward_args(const plan::BackwardPlan& p, const AttentionConfig& c, const BackwardArgs& a) {
     check_sizes(a.batch, a.seqlen_q, a.seqlen_k);
     const int hq = c.num_heads_q, hkv = c.num_heads_kv;
-    check_tensor("q", a.q, p.vec_qk, false, a.batch, a.seqlen_q, hq, p.head_dim_qk);
-    check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, hkv, p.head_dim_qk);
-    check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, hkv, p.head_dim_v);
-    check_tensor("o", a.o, p.vec_v, false, a.batch, a.seqlen_q, hq, p.head_dim_v);
-    check_tensor("dout", a.dout, p.vec_v, false, a.batch, a.seqlen_q, hq, p.head_dim_v);
-    check_tensor("dq", a.dq, p.vec_qk, true, a.batch, a.seqlen_q, hq, p.head_dim_qk);
-    check_tensor("dk", a.dk, p.vec_qk, true, a.batch, a.seqlen_k, hkv, p.head_dim_qk);
-    check_tensor("dv", a.dv, p.vec_v, true, a.batch, a.seqlen_k, hkv, p.head_dim_v);
-    if (!a.lse) throw ArgumentError("lse", "is null; the forward's LSE ([batch, heads_q, seqlen_q] float32) is required");
+    const Rows r = check_packing(c.varlen, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
+                                 a.seqlen_q, a.seqlen_k,
+                                 {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}, {"dout", &a.dout},
+                                  {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});
+    check_tensor("q", a.q, p.vec_qk, false, r.batch, r.q, hq, p.head_dim_qk);
+    check_tensor("k", a.k, p.vec_qk, false, r.batch, r.k, hkv, p.head_dim_qk);
+    check_tensor("v", a.v, p.vec_v, false, r.batch, r.k, hkv, p.head_dim_v);
+    check_tensor("o", a.o, p.vec_v, false, r.batch, r.q, hq, p.head_dim_v);
+    check_tensor("dout", a.dout, p.vec_v, false, r.batch, r.q, hq, p.head_dim_v);
+    check_tensor("dq", a.dq, p.vec_qk, true, r.batch, r.q, hq, p.head_dim_qk);
+    check_tensor("dk", a.dk, p.vec_qk, true, r.batch, r.k, hkv, p.head_dim_qk);
+    check_tensor("dv", a.dv, p.vec_v, true, r.batch, r.k, hkv, p.head_dim_v);
+    if (!a.lse)
+        throw ArgumentError("lse", c.varlen ? "is null; the forward's LSE ([heads_q, total_q] float32) is required"
+                                            : "is null; the forward's LSE ([batch, heads_q, seqlen_q] float32) is "
+                                              "required");
     if (reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
     if (reinterpret_cast<std::uintptr_t>(a.dlse) % 4 != 0)
         throw ArgumentError("dlse", "must be 4-byte aligned (float32)");
@@ -60,6 +67,8 @@ void BackwardKernel::backward(const BackwardArgs& a, void* stream) const {
     call.batch = a.batch, call.seqlen_q = a.seqlen_q, call.seqlen_k = a.seqlen_k;
     call.workspace = a.workspace;
     call.deterministic = a.deterministic;
+    call.cu_seqlens_q = a.cu_seqlens_q, call.cu_seqlens_k = a.cu_seqlens_k;
+    call.total_q = a.total_q, call.total_k = a.total_k;
     k.plan.family->launch({k.plan, k.config, call, *k.module, stream});
 }
 

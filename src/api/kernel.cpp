@@ -62,6 +62,45 @@ void check_sizes(int batch, int seqlen_q, int seqlen_k) {
     if (seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", seqlen_k));
 }
 
+Rows check_packing(bool varlen, const Packing& s, int batch, int seqlen_q, int seqlen_k,
+                   std::initializer_list<std::pair<const char*, const TensorArg*>> tensors) {
+    if (!varlen) {
+        const std::pair<const char*, bool> set[] = {{"cu_seqlens_q", s.cu_seqlens_q != nullptr},
+                                                    {"cu_seqlens_k", s.cu_seqlens_k != nullptr},
+                                                    {"total_q", s.total_q != 0},
+                                                    {"total_k", s.total_k != 0}};
+        for (const auto& [field, is_set] : set)
+            if (is_set)
+                throw ArgumentError(field, "is for varlen configs (config.varlen); this kernel takes a dense "
+                                           "[batch, seq, heads, dim] batch");
+        return {batch, seqlen_q, seqlen_k};
+    }
+    for (const auto& [field, ptr] : {std::pair{"cu_seqlens_q", s.cu_seqlens_q}, std::pair{"cu_seqlens_k", s.cu_seqlens_k}}) {
+        if (!ptr) throw ArgumentError(field, "is null; a varlen call needs each sequence's offsets (device int32 [batch + 1])");
+        if (reinterpret_cast<std::uintptr_t>(ptr) % 4 != 0) throw ArgumentError(field, "must be 4-byte aligned (int32)");
+    }
+    const struct {
+        const char *total_name, *max_name;
+        int total, longest;
+    } sides[] = {{"total_q", "seqlen_q", s.total_q, seqlen_q}, {"total_k", "seqlen_k", s.total_k, seqlen_k}};
+    for (const auto& side : sides) {
+        if (side.total < 1)
+            throw ArgumentError(side.total_name, fmt::format("{} is out of range; allowed >= 1 (the packed tensors' "
+                                                             "rows)",
+                                                             side.total));
+        if (side.longest > side.total)
+            throw ArgumentError(side.max_name, fmt::format("{} (the longest sequence) is above {} ({})", side.longest,
+                                                           side.total_name, side.total));
+    }
+    for (const auto& [name, t] : tensors)
+        if (t->batch_stride != 0)
+            throw ArgumentError(fmt::format("{}.batch_stride", name),
+                                fmt::format("{} must be 0 for varlen configs: sequences are packed along seq and "
+                                            "found through cu_seqlens",
+                                            t->batch_stride));
+    return {1, s.total_q, s.total_k};
+}
+
 namespace {
 
 bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
@@ -131,12 +170,14 @@ void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, 
         throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} query "
                                                     "tokens per sequence (use a prefill config for more)",
                                                     a.seqlen_q, kDecodeMaxSeqlenQ));
-    check_tensor("q", a.q, p.vec_qk, false, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_qk);
-    check_tensor("o", a.o, p.vec_v, true, a.batch, a.seqlen_q, c.num_heads_q, p.head_dim_v);
+    const Rows rows = check_packing(c.varlen, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
+                                    a.seqlen_q, a.seqlen_k, {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}});
+    check_tensor("q", a.q, p.vec_qk, false, rows.batch, rows.q, c.num_heads_q, p.head_dim_qk);
+    check_tensor("o", a.o, p.vec_v, true, rows.batch, rows.q, c.num_heads_q, p.head_dim_v);
     if (a.lse && !aligned(a.lse, 4)) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
     if (c.decode) return validate_decode_args(p, c, a, z);
-    check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
-    check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);
+    check_tensor("k", a.k, p.vec_qk, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_qk);
+    check_tensor("v", a.v, p.vec_v, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_v);
     // The serving fields mean nothing to a prefill kernel: set, they would be ignored, so they are refused.
     const std::pair<const char*, bool> decode_only[] = {
         {"seqlens_k", a.seqlens_k != nullptr}, {"block_table", a.block_table != nullptr},

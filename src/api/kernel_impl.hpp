@@ -1,5 +1,8 @@
 #pragma once
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 
 #include "driver/driver.hpp"
 #include "kernels/forward.hpp"
@@ -29,6 +32,21 @@ struct BackwardKernel::Impl {
 void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
                   int dim);
 void check_sizes(int batch, int seqlen_q, int seqlen_k);
+
+// Where a call's sequences are: FlashAttention's varlen fields of ForwardArgs / BackwardArgs.
+struct Packing {
+    const std::int32_t* cu_seqlens_q;
+    const std::int32_t* cu_seqlens_k;
+    int total_q, total_k;
+};
+// The row extents the tensor checks use: [batch, seqlen_q / seqlen_k] dense, [1, total_q / total_k] packed.
+struct Rows {
+    int batch, q, k;
+};
+// Dense configs: none of the varlen fields may be set. Varlen: offsets non-null and aligned, totals >= 1 and at
+// least the longest sequence, every tensor's batch_stride 0 (tensors: name and argument).
+Rows check_packing(bool varlen, const Packing& s, int batch, int seqlen_q, int seqlen_k,
+                   std::initializer_list<std::pair<const char*, const TensorArg*>> tensors);
 
 // Query tokens per sequence a decode call takes.
 inline constexpr int kDecodeMaxSeqlenQ = 16;

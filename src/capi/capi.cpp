@@ -65,8 +65,10 @@ core::AttentionConfig to_core(const rtattn_config* in) {
     if (c.decode != 0 && c.decode != 1) throw core::ConfigError("decode", std::to_string(c.decode) + " is not 0 or 1");
     if (c.paged_kv != 0 && c.paged_kv != 1)
         throw core::ConfigError("paged_kv", std::to_string(c.paged_kv) + " is not 0 or 1");
+    if (c.varlen != 0 && c.varlen != 1) throw core::ConfigError("varlen", std::to_string(c.varlen) + " is not 0 or 1");
     out.decode = c.decode != 0;
     out.paged_kv = c.paged_kv != 0;
+    out.varlen = c.varlen != 0;
     return out;
 }
 
@@ -85,6 +87,7 @@ rtattn_config from_core(const core::AttentionConfig& in, const char* arch) {
     c.arch = arch;
     c.decode = in.decode;
     c.paged_kv = in.paged_kv;
+    c.varlen = in.varlen;
     return c;
 }
 
@@ -384,6 +387,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.seqlens_k = a.seqlens_k, f.block_table = a.block_table, f.block_table_stride = a.block_table_stride;
         f.pages_per_seq = a.pages_per_seq, f.page_size = a.page_size, f.num_splits = a.num_splits;
         f.workspace = a.workspace, f.workspace_bytes = a.workspace_bytes;
+        f.cu_seqlens_q = a.cu_seqlens_q, f.cu_seqlens_k = a.cu_seqlens_k, f.total_q = a.total_q, f.total_k = a.total_k;
         k.forward(f, stream);
     });
 }
@@ -477,6 +481,7 @@ rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const
         b.batch = a.batch, b.seqlen_q = a.seqlen_q, b.seqlen_k = a.seqlen_k;
         b.workspace = a.workspace, b.workspace_bytes = a.workspace_bytes;
         b.deterministic = a.deterministic != 0;
+        b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         k.backward(b, stream);
     });
 }

@@ -49,6 +49,9 @@ void AttentionConfig::validate() const {
     if (paged_kv && !decode)
         throw ConfigError("paged_kv", "needs decode: true (a paged KV cache is served by the decode kernels; the paged "
                                       "prefill is not built yet)");
+    if (varlen && decode)
+        throw ConfigError("varlen", "and decode cannot both be set (decode takes a dense query batch against "
+                                    "per-sequence cache lengths; varlen is the packed prefill)");
 }
 
 std::string AttentionConfig::to_json() const {
@@ -69,6 +72,7 @@ std::string AttentionConfig::to_json() const {
     j["arch"] = arch;
     j["decode"] = decode;
     j["paged_kv"] = paged_kv;
+    j["varlen"] = varlen;
     return j.dump();
 }
 
@@ -107,14 +111,14 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw ConfigError("json", "a config must be a JSON object");
     static const char* known[] = {"head_dim",    "head_dim_qk",  "head_dim_v",    "dtype", "causal",
                                   "num_heads_q", "num_heads_kv", "softmax_scale", "arch",
-                                  "decode",      "paged_kv"};
+                                  "decode",      "paged_kv",     "varlen"};
     for (const auto& [key, value] : j.items()) {
         bool ok = false;
         for (const char* k : known) ok = ok || key == k;
         if (!ok)
             throw ConfigError(util::escaped(key.substr(0, 64)),
                               "unknown field; allowed: head_dim (or head_dim_qk), head_dim_v, dtype, causal, "
-                              "num_heads_q, num_heads_kv, softmax_scale, arch, decode, paged_kv");
+                              "num_heads_q, num_heads_kv, softmax_scale, arch, decode, paged_kv, varlen");
     }
     constexpr int kMaxHeads = 1 << 16;
     AttentionConfig c;
@@ -139,6 +143,7 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
     bool_field("causal", c.causal);
     bool_field("decode", c.decode);
     bool_field("paged_kv", c.paged_kv);
+    bool_field("varlen", c.varlen);
     c.num_heads_q = int_field(j, "num_heads_q", 1, kMaxHeads).value_or(1);
     c.num_heads_kv = int_field(j, "num_heads_kv", 1, kMaxHeads).value_or(c.num_heads_q);
     if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
@@ -155,8 +160,8 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
 
 std::string AttentionConfig::describe() const {
     std::string d = dv() == head_dim_qk ? fmt::format("d{}", head_dim_qk) : fmt::format("d{}/{}", head_dim_qk, dv());
-    return fmt::format("{} {} {} h{}:{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal", num_heads_q,
-                       num_heads_kv, decode ? (paged_kv ? " decode paged" : " decode") : "",
+    return fmt::format("{} {} {} h{}:{}{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal", num_heads_q,
+                       num_heads_kv, decode ? (paged_kv ? " decode paged" : " decode") : "", varlen ? " varlen" : "",
                        softmax_scale ? fmt::format(" scale={}", *softmax_scale) : "", arch.empty() ? "" : " " + arch);
 }
 

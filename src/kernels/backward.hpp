@@ -22,6 +22,9 @@ struct BackwardCall {
     int batch = 0, seqlen_q = 0, seqlen_k = 0;
     void* workspace = nullptr;   // plan.workspace(...).bytes, 256-byte aligned
     bool deterministic = false;
+    const std::int32_t* cu_seqlens_q = nullptr;  // varlen: as BackwardArgs
+    const std::int32_t* cu_seqlens_k = nullptr;
+    int total_q = 0, total_k = 0;
 };
 
 struct BackwardLaunch {

@@ -85,13 +85,19 @@ bool tma_disabled() {
     return off;
 }
 
-bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
+// The K or V rows the maps span: [batch, seqlen_k] dense, one [total_k] run when packed (varlen; the kernel adds its
+// sequence's first row to the seq coordinate).
+struct KvRows {
+    int batch, seqlen;
+};
+
+bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, int heads_kv, FwdParamsTma& out) {
     // Vector-4 arguments (checked before launch) leave every row 8-byte aligned, so rot is 0 or 4 for each class.
     if (reinterpret_cast<std::uintptr_t>(a.k.ptr) % 8 != 0 || reinterpret_cast<std::uintptr_t>(a.v.ptr) % 8 != 0)
         return false;
     for (int cls = 0; cls < std::min(2, heads_kv); ++cls) {
-        const View k = split_rows(a.k, p.head_dim_qk, a.seqlen_k, heads_kv, a.batch, cls, out.k_rot[cls]);
-        const View v = split_rows(a.v, p.head_dim_v, a.seqlen_k, heads_kv, a.batch, cls, out.v_rot[cls]);
+        const View k = split_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch, cls, out.k_rot[cls]);
+        const View v = split_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch, cls, out.v_rot[cls]);
         if (!encode_view(out.k_map + 2 * cls, k, k.cols, p.block_n, p.bf16, out.tma_seq_dim) ||
             !encode_view(out.v_map + 2 * cls, v, v.cols, p.block_n, p.bf16, out.tma_seq_dim))
             return false;
@@ -111,13 +117,14 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
     const int head_step = p.split_rows ? 2 : 1;
     out.tma_seq_dim = a.k.seq_stride <= head_step * a.k.head_stride ? 1 : 2;
     if ((a.v.seq_stride <= head_step * a.v.head_stride ? 1 : 2) != out.tma_seq_dim) return;  // one order for both
+    const KvRows rows = p.varlen ? KvRows{1, a.total_k} : KvRows{a.batch, a.seqlen_k};
     bool ok;
     if (p.split_rows) {
-        ok = encode_split(p, a, heads_kv, out);
+        ok = encode_split(p, a, rows, heads_kv, out);
     } else {
-        ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, a.seqlen_k, heads_kv, a.batch), p.pad_qk,
+        ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch), p.pad_qk,
                          p.block_n, p.bf16, out.tma_seq_dim) &&
-             encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, a.seqlen_k, heads_kv, a.batch),
+             encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch),
                          geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;

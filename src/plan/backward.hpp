@@ -25,6 +25,7 @@ struct BackwardPlan {
     int head_dim_qk = 0, head_dim_v = 0;
     int pad_qk = 0, pad_v = 0;  // both rounded up to 16: each is the k of an MMA here (QK^T, dO V^T)
     bool bf16 = true, causal = false;
+    bool varlen = false;  // packed sequences (cu_seqlens): the same kernels, addressing through them
     std::string arch;
     int block_m = 0;    // query rows per step of the main kernel
     int block_n = 0;    // keys per CTA

@@ -162,6 +162,7 @@ std::string backward_plan_json(const BackwardPlan& p) {
     j["pad_v"] = p.pad_v;
     j["dtype"] = p.bf16 ? "bf16" : "fp16";
     j["causal"] = p.causal;
+    j["varlen"] = p.varlen;
     j["arch"] = p.arch;
     j["block_m"] = p.block_m;
     j["block_n"] = p.block_n;

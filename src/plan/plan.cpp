@@ -29,6 +29,7 @@ const arch::Arch& fill_problem(Plan& plan, const AttentionConfig& c, int pad_v_s
     plan.pad_v = geometry::round_up(plan.head_dim_v, pad_v_step);
     plan.bf16 = c.dtype == Dtype::bf16;
     plan.causal = c.causal;
+    plan.varlen = c.varlen;
     plan.arch = c.arch;
     plan.vec_qk = vector_width(plan.head_dim_qk);
     plan.vec_v = vector_width(plan.head_dim_v);
@@ -106,6 +107,7 @@ std::string plan_json(const KernelPlan& p) {
     j["pv_step"] = p.pv_step;
     j["dtype"] = p.bf16 ? "bf16" : "fp16";
     j["causal"] = p.causal;
+    j["varlen"] = p.varlen;
     j["arch"] = p.arch;
     j["block_m"] = p.block_m;
     j["block_n"] = p.block_n;

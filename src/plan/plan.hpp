@@ -23,6 +23,7 @@ struct KernelPlan {
     int pad_v = 0;    // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 where the table says)
     int pv_step = 8;
     bool bf16 = true, causal = false;
+    bool varlen = false;  // packed sequences (cu_seqlens): every prefill family serves them through one trait
     std::string arch;
     // The tile: one row of the table, possibly overridden, then stepped down to fit the arch's shared memory.
     int block_m = 0, block_n = 0, warps = 0, stages = 0;  // `warps` counts the MMA warps

@@ -19,6 +19,7 @@
 #include "common/load.cuh"
 #include "common/mask.cuh"
 #include "common/params.h"
+#include "common/seq.cuh"
 #include "common/ptx.cuh"
 #include "common/warp_gemm.cuh"
 
@@ -27,7 +28,7 @@ namespace rtattn {
 // Traits (from the rendered stub) must provide:
 //   kHeadDimQK, kHeadDimV   the real head dims
 //   kPadQK, kPadV           both padded to 16
-//   kBF16, kCausal
+//   kBF16, kCausal, kVarlen (packed sequences: common/seq.cuh)
 //   kBlockM, kBlockN        query rows per step, keys per CTA
 //   kWarps
 //   kSdpWarpsM              S and dP: warps along the query rows (the rest split the keys)
@@ -110,15 +111,16 @@ __device__ __forceinline__ void flash_bwd_pre(const BwdParams& p) {
     for (int c = lane; c < BwdShape<T>::kDqStride; c += 32) acc[c] = 0.f;
     if (row % T::kBlockM == 0 && lane == 0) p.dq_sem[ws_row / T::kBlockM] = 0;
     float d = 0.f, lse2 = __int_as_float(0x7f800000);  // past seqlen_q: D 0, LSE +inf
-    if (row < p.seqlen_q) {
-        const u16* o = static_cast<const u16*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
-                       row * p.o_seq_stride;
-        const u16* dout = static_cast<const u16*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
-                          row * p.do_seq_stride;
+    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
+    if (row < seq.seqlen_q) {
+        const u16* o = static_cast<const u16*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_seq_stride) +
+                       head * p.o_head_stride + row * p.o_seq_stride;
+        const u16* dout = static_cast<const u16*>(p.dout) + seq.q_offset(p.do_batch_stride, p.do_seq_stride) +
+                          head * p.do_head_stride + row * p.do_seq_stride;
         for (int c = lane; c < T::kHeadDimV; c += 32)
             d += detail::to_float<T::kBF16>(o[c]) * detail::to_float<T::kBF16>(dout[c]);
         d = detail::warp_sum(d);
-        const long long stat = ((long long)batch * p.heads_q + head) * p.seqlen_q + row;
+        const long long stat = seq.lse_index(p, head) + row;
         lse2 = p.lse[stat] * 1.4426950408889634f;
         // A gradient g flowing into LSE adds g * P to dS (dLSE/dS = P): the same as lowering D by g.
         if (p.dlse) d -= p.dlse[stat];
@@ -136,10 +138,12 @@ __device__ __forceinline__ void flash_bwd_post(const BwdParams& p) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
     const int head = blockIdx.y, batch = blockIdx.z;
-    if (row >= p.seqlen_q) return;
+    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
+    if (row >= seq.seqlen_q) return;
     const float* acc =
         p.dq_accum + (((long long)batch * p.heads_q + head) * p.m_pad + row) * BwdShape<T>::kDqStride;
-    u16* dq = static_cast<u16*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride + row * p.dq_seq_stride;
+    u16* dq = static_cast<u16*>(p.dq) + seq.q_offset(p.dq_batch_stride, p.dq_seq_stride) + head * p.dq_head_stride +
+              row * p.dq_seq_stride;
     for (int c = 2 * lane; c < T::kHeadDimQK; c += 64)
         detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dq, c, acc[c] * p.scale, acc[c + 1] * p.scale);
 }
@@ -171,8 +175,12 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     // the key block that starts on a query block is the first to add to it, so no CTA waits at all there.
     const int n_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int kv_head = blockIdx.y, batch = blockIdx.z;
-    const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
+    const int seqlen_q = seq.seqlen_q, seqlen_k = seq.seqlen_k;
     const int n0 = n_block * T::kBlockN;
+    if constexpr (T::kVarlen) {
+        if (n0 >= seqlen_k) return;  // past this sequence's keys (the grid covers the longest)
+    }
     const int g = lane >> 2, t2 = (lane & 3) * 2;  // C fragment: rows g and g + 8, columns t2 and t2 + 1
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
@@ -193,10 +201,10 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         }
     }
 
-    const u16* gK = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-                    (long long)n0 * p.k_seq_stride;
-    const u16* gV = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-                    (long long)n0 * p.v_seq_stride;
+    const u16* gK = static_cast<const u16*>(p.k) + seq.k_offset(p.k_batch_stride, p.k_seq_stride) +
+                    kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
+    const u16* gV = static_cast<const u16*>(p.v) + seq.k_offset(p.v_batch_stride, p.v_seq_stride) +
+                    kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
     detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride, seqlen_k - n0, tid,
                                                                       at_qk);
     detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(sV, gV, p.v_seq_stride, seqlen_k - n0, tid, at_v);
@@ -217,10 +225,10 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     // Loads query block m_block of `head` (Q, dO, LSE and D) into stage buffer `st` (cp.async; the caller commits).
     auto load_step = [&](int head, int m_block, int st) {
         const int m0 = m_block * T::kBlockM;
-        const u16* gQ = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-                        (long long)m0 * p.q_seq_stride;
-        const u16* gdO = static_cast<const u16*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride +
-                         (long long)m0 * p.do_seq_stride;
+        const u16* gQ = static_cast<const u16*>(p.q) + seq.q_offset(p.q_batch_stride, p.q_seq_stride) +
+                        head * p.q_head_stride + (long long)m0 * p.q_seq_stride;
+        const u16* gdO = static_cast<const u16*>(p.dout) + seq.q_offset(p.do_batch_stride, p.do_seq_stride) +
+                         head * p.do_head_stride + (long long)m0 * p.do_seq_stride;
         detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ0 + st * T::kBlockM * S::kStrideQK, gQ,
                                                                           p.q_seq_stride, seqlen_q - m0, tid, at_qk);
         detail::load_tile<T::kBlockM, T::kHeadDimV, T::kVecV, kThreads>(sdO0 + st * T::kBlockM * S::kStrideV, gdO,
@@ -421,8 +429,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     }
 
     // dK (scaled) and dV for this warp's keys, to the caller's layout: rows below seqlen_k, real columns.
-    u16* dk = static_cast<u16*>(p.dk) + batch * p.dk_batch_stride + kv_head * p.dk_head_stride;
-    u16* dv = static_cast<u16*>(p.dv) + batch * p.dv_batch_stride + kv_head * p.dv_head_stride;
+    u16* dk = static_cast<u16*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
+    u16* dv = static_cast<u16*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
 #pragma unroll
     for (int mi = 0; mi < kDkvMI; ++mi)
 #pragma unroll

@@ -1,36 +1,42 @@
-// The grid-to-work map of the forward kernels: which (query block, head, batch) a CTA owns and where its Q, K and V
-// start in global memory.
+// The grid-to-work map of the forward kernels: which (query block, head, sequence) a CTA owns and where its Q, K and
+// V start in global memory.
 #pragma once
 #include "common/mask.cuh"
 #include "common/params.h"
+#include "common/seq.cuh"
 
 namespace rtattn {
 namespace detail {
 
-// What one CTA works on: grid x = query block (the last one first when causal), y = query head, z = batch. GQA:
-// query head h reads kv head h / q_per_kv in place. Pointers are to the first element of this (batch, head); gQ is
-// already at row q0.
+// What one CTA works on: grid x = query block (the last one first when causal), y = query head, z = sequence. GQA:
+// query head h reads kv head h / q_per_kv in place. Pointers are to the first element of this (sequence, head); gQ
+// is already at row q0. Varlen: the grid covers the longest sequence, so a CTA past its sequence's end has nothing
+// to do (q0 >= seqlen_q; the kernels return at once).
 struct CtaTile {
     const u16* q;
     const u16* k;
     const u16* v;
     int q0;        // first query row of the block
     int n_blocks;  // key blocks this query block visits (causal: none right of the diagonal)
+    int seqlen_q, seqlen_k;  // this sequence's
+    int k_begin;   // its first key row in packed K/V (varlen; 0 when dense): TMA coordinates count from there
 };
 
-template <bool kCausal, int kBlockM, int kBlockN>
+template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN>
 __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
-    const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / p.q_per_kv;
+    const int head = blockIdx.y, kv_head = head / p.q_per_kv;
+    const Seq<kVarlen> s = seq_info<kVarlen>(p, blockIdx.z);
     CtaTile t;
     // Causal: the last query blocks see the most keys; launching them first (blocks are dispatched in x order)
     // leaves the short ones to fill the final wave. Per head on purpose: longest-first across all heads evens out
     // the last wave better on paper but ran 2-14% slower on an H200 (a wave then mixes every head's K/V in L2).
     t.q0 = (kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kBlockM;
-    t.q = static_cast<const u16*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+    t.q = static_cast<const u16*>(p.q) + s.q_offset(p.q_batch_stride, p.q_seq_stride) + head * p.q_head_stride +
           (long long)t.q0 * p.q_seq_stride;
-    t.k = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
-    t.v = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
-    t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, p.seqlen_q, p.seqlen_k);
+    t.k = static_cast<const u16*>(p.k) + s.k_offset(p.k_batch_stride, p.k_seq_stride) + kv_head * p.k_head_stride;
+    t.v = static_cast<const u16*>(p.v) + s.k_offset(p.v_batch_stride, p.v_seq_stride) + kv_head * p.v_head_stride;
+    t.seqlen_q = s.seqlen_q, t.seqlen_k = s.seqlen_k, t.k_begin = s.k_begin;
+    t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, s.seqlen_q, s.seqlen_k);
     return t;
 }
 

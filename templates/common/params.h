@@ -20,6 +20,11 @@ struct FwdParams {
     int q_per_kv;               // heads_q / heads_kv (GQA group size)
     float scale_log2;           // softmax_scale * log2(e): exp(x*scale) == exp2(x*scale_log2)
     float scale;                // softmax_scale, for the natural-log LSE
+    // Varlen (kVarlen): sequence b is rows cu_seqlens[b] .. cu_seqlens[b+1] of [total, heads, d] tensors; seqlen_q and
+    // seqlen_k are the longest sequences (the grid); LSE is [heads_q, total_q].
+    const int* cu_seqlens_q;
+    const int* cu_seqlens_k;
+    int total_q, total_k;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -57,6 +62,10 @@ struct BwdParams {
     int deterministic;     // 1: dQ blocks are added in key-block order (bitwise reproducible)
     float scale;           // softmax_scale
     float scale_log2;      // softmax_scale * log2(e)
+    // Varlen, as FwdParams; the workspace stays [batch, heads_q, m_pad] with m_pad from the longest sequence.
+    const int* cu_seqlens_q;
+    const int* cu_seqlens_k;
+    int total_q, total_k;
 };
 
 // Parameters of the decode kernels (dec/mma.cuh). A CTA serves one (split, KV head, row block, sequence): its rows

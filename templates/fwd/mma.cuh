@@ -22,7 +22,7 @@ namespace rtattn {
 // Traits (from the rendered stub) must provide:
 //   kHeadDimQK, kHeadDimV   the real head dims
 //   kPadQK, kPadV           padded to 16 and 8
-//   kBF16, kCausal
+//   kBF16, kCausal, kVarlen (packed sequences: common/seq.cuh)
 //   kBlockM, kBlockN, kWarps, kMTiles, kStages, kQInRegs, kKVApart
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
 template <class T>
@@ -63,10 +63,12 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int seqlen_q = p.seqlen_q;
-    const int seqlen_k = p.seqlen_k;
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kBlockM, T::kBlockN>(p);
+    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(p);
     const int q0 = cta.q0, n_blocks = cta.n_blocks;
+    const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
+    if constexpr (T::kVarlen) {
+        if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
+    }
     const u16 *gQ = cta.q, *gK = cta.k, *gV = cta.v;
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
@@ -224,10 +226,11 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     // Epilogue: normalize, stage the tile in shared memory, then write rows with full-width vector stores.
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
-    detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp_row0,
-                                                                         q0, lane);
+    const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
+    detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ,
+                                                                         warp_row0, q0, lane);
     __syncthreads();
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, q0, tid);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid);
 }
 
 }  // namespace rtattn

@@ -63,10 +63,12 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int wg = warp >> 2;
-    const int seqlen_q = p.seqlen_q;
-    const int seqlen_k = p.seqlen_k;
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kBlockM, T::kBlockN>(p);
+    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(p);
     const int q0 = cta.q0, n_blocks = cta.n_blocks;
+    const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
+    if constexpr (T::kVarlen) {
+        if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
+    }
     const u16 *gQ = cta.q, *gK = cta.k, *gV = cta.v;
 
     detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, LQ::offset);
@@ -140,9 +142,11 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
-    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
+    const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
+    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ, warp * 16, q0,
+                                                                lane);
     __syncthreads();
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, sQ, q0, tid);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid);
 }
 
 }  // namespace rtattn

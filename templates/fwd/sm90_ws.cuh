@@ -58,18 +58,20 @@ constexpr int kBarTurn = 1, kBarQ = 4, kBarEpilogue = 7;
 
 // TMA producer, one warp (lane 0 does the work): a box per panel and tile, completing on the slot's full barrier.
 // Rows past seqlen_k and columns past the head dim arrive as zeros, so tails and padding need no extra work.
+// Varlen: the maps span the packed total_k rows, so a tile's rows past its sequence are the next sequence's keys:
+// masked in S like any tail, and those V rows meet P = 0 (finite data, as the caller's other sequences are).
 template <class T>
 __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
-                                            sm90::KvRing<T::kStages> ring, int n_blocks, int lane) {
+                                            sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta, int lane) {
     using detail::u32;
     using B = FwdShapeSm90<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     if (lane != 0) return;
-    const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = blockIdx.z;
-    for (int j = 0; j < n_blocks; ++j) {
-        const int slot = ring.slot(j), k0 = j * T::kBlockN;
+    const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z;
+    for (int j = 0; j < cta.n_blocks; ++j) {
+        const int slot = ring.slot(j), k0 = cta.k_begin + j * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(j);
@@ -99,7 +101,7 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
 // The slot's full barrier completes once the TMA bytes have landed and all 4 producer warps have arrived (1 + 4).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
-                                              sm90::KvRing<T::kStages> ring, int n_blocks, int ptid) {
+                                              sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta, int ptid) {
     using detail::u16;
     using detail::u32;
     using B = FwdShapeSm90<T>;
@@ -109,13 +111,14 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     constexpr int kSt = T::kStages;
     constexpr int kRows = (T::kBlockN + 127) / 128;  // tail rows per thread and tile
     const FwdParams& p = pt.p;
-    const int kv_head = blockIdx.y / p.q_per_kv, batch = blockIdx.z, parity_class = kv_head & 1;
+    const int kv_head = blockIdx.y / p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z, parity_class = kv_head & 1;
+    const int n_blocks = cta.n_blocks;
     const int head_coord = kv_head >> 1;  // each map's head dimension steps two kv heads
     // Row element that lands in tail column kMain: the one after the TMA part, wrapping to the row's start.
     const int k_tail = (S::kMainQK + pt.k_rot[parity_class]) % T::kHeadDimQK;
     const int v_tail = (S::kMainV + pt.v_rot[parity_class]) % T::kHeadDimV;
-    const u16* gK = static_cast<const u16*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride + k_tail;
-    const u16* gV = static_cast<const u16*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride + v_tail;
+    const u16* gK = cta.k + k_tail;
+    const u16* gV = cta.v + v_tail;
     const TmaMap* k_maps = pt.k_map + 2 * parity_class;
     const TmaMap* v_maps = pt.v_map + 2 * parity_class;
 
@@ -124,14 +127,14 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
 #pragma unroll
         for (int i = 0; i < kRows; ++i) {
             const int r = ptid + 128 * i, key = block * T::kBlockN + r;
-            t[i] = block < n_blocks && r < T::kBlockN && key < p.seqlen_k ? ptx::ldg_nc_u64(g + key * stride) : 0;
+            t[i] = block < n_blocks && r < T::kBlockN && key < cta.seqlen_k ? ptx::ldg_nc_u64(g + key * stride) : 0;
         }
     };
     ptx::u64 k_next[kRows], v_next[kRows];
     load_tails(gK, p.k_seq_stride, 0, k_next);
     load_tails(gV, p.v_seq_stride, 0, v_next);
     for (int j = 0; j < n_blocks; ++j) {
-        const int slot = ring.slot(j), k0 = j * T::kBlockN;
+        const int slot = ring.slot(j), k0 = cta.k_begin + j * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(j);
@@ -190,10 +193,12 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int wg = warp >> 2;  // 0..kNC-1: consumers; kNC: producer
-    const int seqlen_q = p.seqlen_q;
-    const int seqlen_k = p.seqlen_k;
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kBlockM, T::kBlockN>(p);
+    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(p);
     const int q0 = cta.q0, n_blocks = cta.n_blocks;
+    const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
+    if constexpr (T::kVarlen) {
+        if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
+    }
 
     detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, S::kThreads>(sQ, tid, LQ::offset);
 #pragma unroll
@@ -222,12 +227,12 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         ptx::setmaxnreg_dec<S::kProducerRegs>();
         if constexpr (T::kSplitRows) {
             if (pt.use_tma != 0) {
-                produce_split<T>(pt, sK, sV, ring, n_blocks, tid - S::kConsumerThreads);
+                produce_split<T>(pt, sK, sV, ring, cta, tid - S::kConsumerThreads);
                 return;
             }
         } else if constexpr (T::kSwizzle) {
             if (pt.use_tma != 0) {
-                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, ring, n_blocks, lane);
+                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, ring, cta, lane);
                 return;
             }
         }
@@ -354,9 +359,12 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         if (wg == 0) ptx::bar_sync(sm90::kBarTurn, 256);
 
     ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);  // the staging area aliases Q/K/V
-    detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, acc_o, row_max, row_sum, sQ, warp * 16, q0, lane);
+    const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
+    detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ, warp * 16, q0,
+                                                                lane);
     ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, sQ, q0, tid, o_rot);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, seq, sQ, q0, tid,
+                                                                                              o_rot);
 }
 
 }  // namespace rtattn

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 
 #include "api/resolver.hpp"
@@ -75,6 +76,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 struct BufferSet {
     driver::DeviceBuffer q, k, v, o, lse;
     driver::DeviceBuffer dout, dq, dk, dv, workspace;  // backward only
+    driver::DeviceBuffer cu_seqlens;                   // varlen only
 };
 
 int heads_for(int d, const BenchOptions& o) {
@@ -95,26 +97,42 @@ struct Case {
     BackwardArgs bargs[2];
     std::vector<double> ms;
     int launches = 0;
+    double flops = 0;  // per launch: 4*B*H*Sq*Sk*d, halved causal, 2.5x backward; summed over sequences when varlen
+    bool varlen = false;
 };
 
-std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, bool causal, const std::string& dt) {
+double attention_flops(double sq, double sk, int heads, int d, bool causal, bool backward) {
+    return 4.0 * heads * sq * sk * d / (causal ? 2 : 1) * (backward ? 2.5 : 1);
+}
+
+// A dense batch (lens empty: batch = tokens / S) or a packed varlen one (lens: each sequence's length; S is then the
+// mean, for the table).
+std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, bool causal, const std::string& dt,
+                              const std::vector<int>& lens = {}) {
     auto cs = std::make_unique<Case>();
     Case& c = *cs;
+    c.varlen = !lens.empty();
     c.d = d, c.S = S, c.causal = causal, c.dtype = dt;
     c.config.head_dim_qk = d;
     c.config.dtype = dtype_from_string(dt);
     c.config.causal = causal;
+    c.config.varlen = c.varlen;
     c.H = heads_for(d, o);
     c.config.num_heads_q = c.H;
     c.config.num_heads_kv = std::max(1, c.H / o.gqa);
     if (c.H % c.config.num_heads_kv) c.config.num_heads_kv = c.H;
-    c.B = std::max(1, o.tokens / S);
+    c.B = c.varlen ? int(lens.size()) : std::max(1, o.tokens / S);
     if (!o.arch.empty()) c.config.arch = o.arch;
     c.kernel = rt.get(c.config);
     if (o.backward) c.backward = rt.get_backward(c.config);
     const int H = c.H, Hkv = c.config.num_heads_kv, B = c.B;
+    std::vector<std::int32_t> cu = {0};
+    for (int L : lens) cu.push_back(cu.back() + L);
+    const int longest = c.varlen ? *std::max_element(lens.begin(), lens.end()) : S;
+    const std::int64_t rows = c.varlen ? cu.back() : std::int64_t(B) * S;  // tokens
+    for (int L : c.varlen ? lens : std::vector<int>(B, S)) c.flops += attention_flops(L, L, H, d, causal, o.backward);
 
-    const std::size_t nq = std::size_t(B) * S * H * d, nkv = std::size_t(B) * S * Hkv * d;
+    const std::size_t nq = std::size_t(rows) * H * d, nkv = std::size_t(rows) * Hkv * d;
     // One random host array; each tensor reads it at a different offset, so no two tensors are equal.
     const auto host = random_halves(nq + 64, c.config.dtype == Dtype::bf16, unsigned(d * 7919 + S));
     for (int i = 0; i < 2; ++i) {
@@ -126,16 +144,23 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         s.q.upload(host.data() + 1 + i, nq * 2);
         s.k.upload(host.data() + 17 + i, nkv * 2);
         s.v.upload(host.data() + 33 + i, nkv * 2);
+        // [batch, S, heads, d] tensors, or [total, heads, d] when packed.
+        auto tensor = [&](const driver::DeviceBuffer& buf, int heads) {
+            return c.varlen ? ForwardArgs::packed(buf.get(), heads, d) : ForwardArgs::contiguous(buf.get(), S, heads, d);
+        };
         ForwardArgs& a = c.args[i];
-        a.q = ForwardArgs::contiguous(s.q.get(), S, H, d);
-        a.k = ForwardArgs::contiguous(s.k.get(), S, Hkv, d);
-        a.v = ForwardArgs::contiguous(s.v.get(), S, Hkv, d);
-        a.o = ForwardArgs::contiguous(s.o.get(), S, H, d);
+        a.q = tensor(s.q, H), a.k = tensor(s.k, Hkv), a.v = tensor(s.v, Hkv), a.o = tensor(s.o, H);
         a.batch = B;
-        a.seqlen_q = a.seqlen_k = S;
+        a.seqlen_q = a.seqlen_k = longest;
+        if (c.varlen) {
+            s.cu_seqlens = driver::DeviceBuffer(cu.size() * 4);
+            s.cu_seqlens.upload(cu.data(), cu.size() * 4);
+            a.cu_seqlens_q = a.cu_seqlens_k = static_cast<const std::int32_t*>(s.cu_seqlens.get());
+            a.total_q = a.total_k = int(rows);
+        }
         if (!o.backward) continue;
         // The backward reads the forward's O and LSE: run it once on this set.
-        s.lse = driver::DeviceBuffer(std::size_t(B) * H * S * 4);
+        s.lse = driver::DeviceBuffer(std::size_t(rows) * H * 4);
         a.lse = static_cast<float*>(s.lse.get());
         c.kernel.forward(a);
         s.dout = driver::DeviceBuffer(nq * 2);
@@ -145,12 +170,10 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         s.dv = driver::DeviceBuffer(nkv * 2);
         BackwardArgs& b = c.bargs[i];
         b.q = a.q, b.k = a.k, b.v = a.v, b.o = a.o, b.lse = a.lse;
-        b.dout = ForwardArgs::contiguous(s.dout.get(), S, H, d);
-        b.dq = ForwardArgs::contiguous(s.dq.get(), S, H, d);
-        b.dk = ForwardArgs::contiguous(s.dk.get(), S, Hkv, d);
-        b.dv = ForwardArgs::contiguous(s.dv.get(), S, Hkv, d);
-        b.batch = B, b.seqlen_q = b.seqlen_k = S;
-        b.workspace_bytes = c.backward.workspace_bytes(B, S, S);
+        b.dout = tensor(s.dout, H), b.dq = tensor(s.dq, H), b.dk = tensor(s.dk, Hkv), b.dv = tensor(s.dv, Hkv);
+        b.batch = B, b.seqlen_q = b.seqlen_k = longest;
+        b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
+        b.workspace_bytes = c.backward.workspace_bytes(B, longest, longest);
         s.workspace = driver::DeviceBuffer(b.workspace_bytes);
         b.workspace = s.workspace.get();
         b.deterministic = o.deterministic;
@@ -189,17 +212,17 @@ struct Timer {
 
 nlohmann::ordered_json result(const Case& c) {
     const double t = median(c.ms);
-    const double flops = 4.0 * c.B * c.H * double(c.S) * c.S * c.d / (c.causal ? 2 : 1) * (c.backward ? 2.5 : 1);
     const auto& info = c.backward ? c.backward.info() : c.kernel.info();
     nlohmann::ordered_json j;
     j["d"] = c.d, j["S"] = c.S, j["B"] = c.B, j["H"] = c.H, j["H_kv"] = c.config.num_heads_kv;
+    j["varlen"] = c.varlen;
     j["causal"] = c.causal;
     j["dtype"] = c.dtype;
     j["pass"] = c.backward ? "backward" : "forward";
     if (c.backward) j["deterministic"] = c.bargs[0].deterministic;
     j["arch"] = info.arch;
     j["ms"] = t;
-    j["tflops"] = flops / (t * 1e-3) / 1e12;
+    j["tflops"] = c.flops / (t * 1e-3) / 1e12;
     j["registers"] = figure_json(info.registers);
     j["useful_flop_fraction"] = info.plan.useful_flop_fraction;
     j["tile"] = fmt::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
@@ -209,12 +232,24 @@ nlohmann::ordered_json result(const Case& c) {
 
 // The table goes to stdout, or to stderr when stdout carries the JSON.
 void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
-    fmt::print(out, "{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
-               j["S"].get<int>(), j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
+    fmt::print(out, "{:>4} {:>6}{} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
+               j["S"].get<int>(), j["varlen"].get<bool>() ? "v" : " ", j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
                j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
                figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
                j["kernel"].get<std::string>());
     std::fflush(out);
+}
+
+// --varlen's sequence lengths: uniform in min:max, from a fixed seed (the same batch every run).
+std::vector<int> varlen_lengths(const BenchOptions& o) {
+    int lo = 0, hi = 0;
+    if (std::sscanf(o.varlen_lens.c_str(), "%d:%d", &lo, &hi) != 2 || lo < 1 || hi < lo)
+        throw Error(fmt::format("--varlen-lens: {} is not min:max with 1 <= min <= max", o.varlen_lens));
+    std::mt19937 rng(2026);
+    std::uniform_int_distribution<int> len(lo, hi);
+    std::vector<int> v(o.varlen_seqs);
+    for (int& x : v) x = len(rng);
+    return v;
 }
 
 int run_throughput(const BenchOptions& o) {
@@ -225,7 +260,11 @@ int run_throughput(const BenchOptions& o) {
                dev.driver_version, version(), o.backward ? "backward alone (FLOPs 2.5x forward)" : "forward",
                o.backward && o.deterministic ? ", deterministic" : "", o.arch.empty() ? "" : ", kernels for " + o.arch,
                o.interleave ? ", shapes interleaved launch by launch" : "");
-    fmt::print(table, "{:>4} {:>6} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
+    if (o.varlen)
+        fmt::print(table, "# varlen: {} sequences, lengths uniform in {} (S: their mean, marked v), against a dense "
+                          "batch of the same tokens\n",
+                   o.varlen_seqs, o.varlen_lens);
+    fmt::print(table, "{:>4} {:>7} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
                "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     int failures = 0;
@@ -238,11 +277,22 @@ int run_throughput(const BenchOptions& o) {
         print_row(table, j);
         rows.push_back(std::move(j));
     };
+    const std::vector<int> lens = o.varlen ? varlen_lengths(o) : std::vector<int>{};
+    const int mean_len = lens.empty() ? 0 : int(std::accumulate(lens.begin(), lens.end(), 0LL) / lens.size());
+    BenchOptions same_tokens = o;  // the dense twin of a varlen batch: its tokens, sequences of the mean length
+    same_tokens.tokens = mean_len * int(lens.size());
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
-            for (int S : o.seqlens)
+            for (int S : o.varlen ? std::vector<int>{mean_len} : o.seqlens)
                 for (bool causal : o.causal) {
                     try {
+                        if (o.varlen) {
+                            auto dense = prepare(rt, same_tokens, d, S, causal, dt);
+                            auto packed = prepare(rt, o, d, S, causal, dt, lens);
+                            cases.push_back(std::move(dense));
+                            cases.push_back(std::move(packed));
+                            continue;
+                        }
                         auto c = prepare(rt, o, d, S, causal, dt);
                         if (o.interleave) {
                             cases.push_back(std::move(c));
@@ -261,6 +311,9 @@ int run_throughput(const BenchOptions& o) {
     for (int i = 0; i < o.reps; ++i)
         for (auto& c : cases) timer.launch(*c, true);
     for (auto& c : cases) finish(*c);
+    for (std::size_t i = 0; o.varlen && i + 1 < cases.size(); i += 2)
+        fmt::print(table, "# d{} causal={}: varlen {:.3f}x the dense TFLOPS\n", cases[i]->d, cases[i]->causal,
+                   rows[i + 1]["tflops"].get<double>() / rows[i]["tflops"].get<double>());
     write_results(o, o.interleave ? "throughput, interleaved" : "throughput", std::move(rows));
     return failures ? 1 : 0;
 }
@@ -341,6 +394,11 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
         ->delimiter(',');
     cmd->add_option("--decode-q", o->decode_q, "with --decode: query tokens per sequence, 1..16 (default 1)")
         ->delimiter(',');
+    cmd->add_flag("--varlen", o->varlen,
+                  "a packed batch of sequences of random lengths (cu_seqlens) against the dense kernel on the same "
+                  "tokens, interleaved (with --backward: the backward)");
+    cmd->add_option("--varlen-seqs", o->varlen_seqs, "with --varlen: sequences (default 64)")->check(CLI::Range(1, 65535));
+    cmd->add_option("--varlen-lens", o->varlen_lens, "with --varlen: lengths uniform in min:max (default 64:4096)");
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa] {
         action = [&g, o, causal, gqa] {

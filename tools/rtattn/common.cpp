@@ -63,6 +63,7 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
                       ->type_name("X");
     app->add_flag("--decode", o.flags.decode, "the decode kernels: 1..16 query tokens per sequence against a KV cache");
     app->add_flag("--paged-kv", o.flags.paged_kv, "decode from a paged KV cache (with --decode)");
+    app->add_flag("--varlen", o.flags.varlen, "the packed variable-length prefill (cu_seqlens), forward and backward");
 }
 
 const tool::ExpandOptions& resolve_arch() {

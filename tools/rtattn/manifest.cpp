@@ -51,7 +51,8 @@ struct Origin {
             {"head_dim", "--head-dim"},   {"head_dim_qk", "--head-dim"},  {"head_dim_v", "--head-dim-v"},
             {"dtype", "--dtype"},         {"causal", "--causal"},         {"num_heads_q", "--heads-q"},
             {"num_heads_kv", "--heads-kv"}, {"softmax_scale", "--softmax-scale"}, {"arch", "--arch"},
-            {"pass", "--pass"},           {"decode", "--decode"},         {"paged_kv", "--paged-kv"}};
+            {"pass", "--pass"},           {"decode", "--decode"},         {"paged_kv", "--paged-kv"},
+            {"varlen", "--varlen"}};
         const auto it = flag_of.find(field);
         return it != flag_of.end() ? it->second : "command line";
     }
@@ -220,7 +221,7 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
 
 bool ConfigFlags::any_shape_flag() const {
     return !head_dims.empty() || head_dim_v || !dtypes.empty() || !causal.empty() || heads_q || heads_kv ||
-           softmax_scale || decode || paged_kv;
+           softmax_scale || decode || paged_kv || varlen;
 }
 
 std::vector<AttentionConfig> expand_flags(const ConfigFlags& f, const ExpandOptions& opts) {
@@ -244,6 +245,7 @@ Expanded expand_flag_passes(const ConfigFlags& f, const ExpandOptions& opts) {
     if (!f.archs.empty()) entry["arch"] = f.archs;
     if (f.decode) entry["decode"] = true;
     if (f.paged_kv) entry["paged_kv"] = true;
+    if (f.varlen) entry["varlen"] = true;
     return expand_entry(entry, {{}, opts.current_arch, opts.pass}, origin);
 }
 

@@ -1,0 +1,51 @@
+// Where one sequence's rows are: in a dense batch, or packed with others of different lengths (varlen). The forward
+// and backward kernels find their sequence through this alone, so varlen is one trait of each kernel, not a copy.
+#pragma once
+#include "common/params.h"
+
+namespace rtattn {
+namespace detail {
+
+// Dense: sequence b is index b of [batch, seq, head, d] tensors, with seqlen_q / seqlen_k rows.
+// Varlen: it is rows cu_seqlens[b] .. cu_seqlens[b+1] of [total, head, d] tensors (the batch stride is unused) and
+// the LSE is [heads_q, total_q]. The offsets are clamped into 0..total, so a bad cu_seqlens gives wrong or empty
+// sequences but never an access outside the caller's tensors (the host cannot read device offsets to check them).
+template <bool kVarlen>
+struct Seq {
+    int batch;
+    int q_begin, k_begin;  // the sequence's first row in the packed Q/O and K/V (0 when dense)
+    int seqlen_q, seqlen_k;
+
+    // Element offset of the sequence's first row in a Q/O-like or K/V-like tensor with these strides.
+    __device__ __forceinline__ long long q_offset(long long batch_stride, long long seq_stride) const {
+        return kVarlen ? (long long)q_begin * seq_stride : (long long)batch * batch_stride;
+    }
+    __device__ __forceinline__ long long k_offset(long long batch_stride, long long seq_stride) const {
+        return kVarlen ? (long long)k_begin * seq_stride : (long long)batch * batch_stride;
+    }
+    // Index of (head, the sequence's row 0) in an LSE-shaped array.
+    template <class P>
+    __device__ __forceinline__ long long lse_index(const P& p, int head) const {
+        return kVarlen ? (long long)head * p.total_q + q_begin : ((long long)batch * p.heads_q + head) * p.seqlen_q;
+    }
+};
+
+__device__ __forceinline__ void clamped_range(const int* cu, int b, int total, int& begin, int& end) {
+    end = min(max(cu[b + 1], 0), total);
+    begin = min(max(cu[b], 0), end);
+}
+
+template <bool kVarlen, class P>
+__device__ __forceinline__ Seq<kVarlen> seq_info(const P& p, int batch) {
+    if constexpr (kVarlen) {
+        int q_begin, q_end, k_begin, k_end;
+        clamped_range(p.cu_seqlens_q, batch, p.total_q, q_begin, q_end);
+        clamped_range(p.cu_seqlens_k, batch, p.total_k, k_begin, k_end);
+        return {batch, q_begin, k_begin, q_end - q_begin, k_end - k_begin};
+    } else {
+        return {batch, 0, 0, p.seqlen_q, p.seqlen_k};
+    }
+}
+
+}  // namespace detail
+}  // namespace rtattn

@@ -1,0 +1,375 @@
+// The varlen (packed, cu_seqlens) forward and backward on the GPU against the float64 reference, one sequence at a
+// time. Each case: fresh random Q, K, V and dO packed as [total, heads, d] (optionally with padded rows, as slices of
+// a fused QKV buffer), ragged lengths with empty and one-token sequences, queries shorter or longer than keys
+// (causal aligned bottom-right per sequence); O, LSE, dQ, dK, dV poisoned before each launch and required written
+// everywhere and nowhere past their guards. Tagged [gpu]: skipped, visibly, without a GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "gpu_harness.hpp"
+#include "reference_backward.hpp"
+
+using namespace rtattn;
+using namespace rtattn::test::gpu;
+
+namespace {
+
+struct VarlenCase {
+    int d_qk = 128, d_v = 128;
+    Dtype dtype = Dtype::bf16;
+    bool causal = false;
+    int heads_q = 4, heads_kv = 2;
+    std::vector<int> lens_q, lens_k;  // per sequence
+    int row_pad = 0;        // elements of padding after each packed row (q, k, v, o, dO, gradients): strided rows
+    int extra_max = 0;      // seqlen_q / seqlen_k passed this much above the longest sequence
+    bool backward = true;
+    bool deterministic = false;
+
+    int batch() const { return int(lens_q.size()); }
+    int total(const std::vector<int>& l) const { return std::accumulate(l.begin(), l.end(), 0); }
+    int longest(const std::vector<int>& l) const { return std::max(1, *std::max_element(l.begin(), l.end())); }
+    AttentionConfig config() const {
+        AttentionConfig c;
+        c.head_dim_qk = d_qk;
+        if (d_v != d_qk) c.head_dim_v = d_v;
+        c.dtype = dtype;
+        c.causal = causal;
+        c.num_heads_q = heads_q;
+        c.num_heads_kv = heads_kv;
+        c.varlen = true;
+        if (test_arch()) c.arch = test_arch();
+        return c;
+    }
+    std::string describe() const {
+        auto list = [](const std::vector<int>& l) {
+            std::string s;
+            for (int x : l) s += fmt::format("{}{}", s.empty() ? "" : ",", x);
+            return s;
+        };
+        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}", d_qk,
+                           d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
+                           causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
+                           extra_max, deterministic ? " deterministic" : "");
+    }
+    std::uint32_t seed() const {
+        std::uint32_t h = 2166136261u;
+        for (unsigned char ch : describe()) h = (h ^ ch) * 16777619u;
+        return h;
+    }
+};
+
+// A packed [total, heads, dim] 16-bit tensor (rows padded by row_pad elements) with a guard after it, host and device.
+struct Packed {
+    int total = 0, heads = 0, dim = 0, pad = 0;
+    std::vector<std::uint16_t> host;
+    driver::DeviceBuffer dev;
+    Packed(int t, int h, int d, int p) : total(t), heads(h), dim(d), pad(p), dev((size() + kGuard) * 2) {}
+    std::int64_t row() const { return std::int64_t(heads) * dim + pad; }
+    std::size_t size() const { return std::size_t(total) * row(); }
+    TensorArg arg() const { return TensorArg{dev.get(), 0, row(), dim}; }
+    void random(std::mt19937& rng, Dtype dt) {
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        host.assign(size() + kGuard, test::kPoison16);  // padding stays NaN: a stray read poisons the result
+        for (int t = 0; t < total; ++t)
+            for (int i = 0; i < heads * dim; ++i) host[t * row() + i] = test::to_bits(u(rng), dt);
+        dev.upload(host.data(), host.size() * 2);
+    }
+    void poison() {
+        host.assign(size() + kGuard, test::kPoison16);
+        dev.upload(host.data(), host.size() * 2);
+    }
+    void download() { dev.download(host.data(), host.size() * 2); }
+    // Sequence rows [begin, begin + n) as the reference reads them.
+    test::HostTensorView view(int begin) const { return {host.data() + begin * row(), 0, row(), dim}; }
+};
+
+// Accumulates one output's comparison over the sequences: values against the reference, poison left in written
+// rows, padding or guard changed.
+struct Tally {
+    std::vector<double> got, ref;
+    std::size_t unwritten = 0, stray = 0;
+    // Sequence rows [begin, begin + n) of `p` against ref ([n, heads, dim] contiguous).
+    void rows(const Packed& p, int begin, int n, const std::vector<double>& r, Dtype dt) {
+        for (int t = 0; t < n; ++t)
+            for (int i = 0; i < p.heads * p.dim; ++i) {
+                const std::uint16_t bits = p.host[(begin + t) * p.row() + i];
+                unwritten += bits == test::kPoison16;
+                got.push_back(test::from_bits(bits, dt));
+                ref.push_back(r[std::size_t(t) * p.heads * p.dim + i]);
+            }
+    }
+    void padding(const Packed& p) {
+        for (int t = 0; t < p.total; ++t)
+            for (int i = p.heads * p.dim; i < p.row(); ++i) stray += p.host[t * p.row() + i] != test::kPoison16;
+        for (std::size_t i = p.size(); i < p.host.size(); ++i) stray += p.host[i] != test::kPoison16;
+    }
+    std::string judge(const char* name, double tol, double floor_rms = 0) const {
+        const double err = floor_rms > 0 ? test::rel_frobenius_floor(got, ref, floor_rms) : test::rel_frobenius(got, ref);
+        std::string why;
+        if (!(err <= tol)) why += fmt::format(" {} error {:.3g} > {:.3g};", name, err, tol);
+        if (unwritten) why += fmt::format(" {} {} elements unwritten;", unwritten, name);
+        if (stray) why += fmt::format(" {} {} padding/guard elements changed;", stray, name);
+        UNSCOPED_INFO(name << " error " << err);
+        return why;
+    }
+};
+
+struct Offsets {
+    std::vector<std::int32_t> q, k;  // cu_seqlens, batch + 1
+    driver::DeviceBuffer dq, dk;
+};
+
+Offsets offsets(const VarlenCase& c) {
+    Offsets o;
+    o.q.assign(1, 0), o.k.assign(1, 0);
+    for (int b = 0; b < c.batch(); ++b) o.q.push_back(o.q.back() + c.lens_q[b]), o.k.push_back(o.k.back() + c.lens_k[b]);
+    o.dq = driver::DeviceBuffer(o.q.size() * 4), o.dk = driver::DeviceBuffer(o.k.size() * 4);
+    o.dq.upload(o.q.data(), o.q.size() * 4), o.dk.upload(o.k.data(), o.k.size() * 4);
+    return o;
+}
+
+// Sequence b as a reference problem (batch 1) over the packed host tensors.
+test::ReferenceProblem sequence(const VarlenCase& c, const Offsets& off, int b, const Packed& q, const Packed& k,
+                                const Packed& v) {
+    test::ReferenceProblem r;
+    r.dtype = c.dtype, r.batch = 1, r.seqlen_q = c.lens_q[b], r.seqlen_k = c.lens_k[b];
+    r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
+    r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
+    r.q = q.view(off.q[b]), r.k = k.view(off.k[b]), r.v = v.view(off.k[b]);
+    return r;
+}
+
+void run_case(const VarlenCase& c) {
+    INFO(c.describe());
+    std::mt19937 rng(c.seed());
+    const AttentionConfig cfg = c.config();
+    const Kernel fwd = runtime().get(cfg);
+    Offsets off = offsets(c);
+    const int tq = std::max(1, c.total(c.lens_q)), tk = std::max(1, c.total(c.lens_k));
+    Packed q(tq, c.heads_q, c.d_qk, c.row_pad), k(tk, c.heads_kv, c.d_qk, c.row_pad), v(tk, c.heads_kv, c.d_v, c.row_pad);
+    Packed o(tq, c.heads_q, c.d_v, c.row_pad);
+    q.random(rng, c.dtype), k.random(rng, c.dtype), v.random(rng, c.dtype), o.poison();
+    const std::size_t lse_n = std::size_t(c.heads_q) * tq;
+    std::vector<float> lse(lse_n + kGuard);
+    driver::DeviceBuffer lse_dev(lse.size() * 4);
+    lse_dev.fill_u32(test::kPoison32);
+
+    ForwardArgs a;
+    a.q = q.arg(), a.k = k.arg(), a.v = v.arg(), a.o = o.arg();
+    a.lse = static_cast<float*>(lse_dev.get());
+    a.batch = c.batch(), a.seqlen_q = c.longest(c.lens_q) + c.extra_max, a.seqlen_k = c.longest(c.lens_k) + c.extra_max;
+    a.seqlen_q = std::min(a.seqlen_q, tq), a.seqlen_k = std::min(a.seqlen_k, tk);
+    a.cu_seqlens_q = static_cast<const std::int32_t*>(off.dq.get());
+    a.cu_seqlens_k = static_cast<const std::int32_t*>(off.dk.get());
+    a.total_q = tq, a.total_k = tk;
+    sync_legacy_stream();
+    fwd.forward(a);
+    sync_legacy_stream();
+    o.download();
+    lse_dev.download(lse.data(), lse.size() * 4);
+
+    // Forward: O per sequence; LSE [heads_q, total_q] (+inf where a query sees no key).
+    Tally to;
+    std::vector<double> got_lse, ref_lse;
+    std::size_t lse_bad = 0;
+    std::vector<test::ReferenceProblem> seqs;
+    for (int b = 0; b < c.batch(); ++b) {
+        seqs.push_back(sequence(c, off, b, q, k, v));
+        if (c.lens_q[b] == 0) continue;
+        test::ReferenceResult r;
+        if (c.lens_k[b] > 0) {
+            r = test::reference_forward(seqs.back());
+        } else {
+            r.o.assign(std::size_t(c.lens_q[b]) * c.heads_q * c.d_v, 0.0);
+            r.lse.assign(std::size_t(c.heads_q) * c.lens_q[b], INFINITY);
+        }
+        to.rows(o, off.q[b], c.lens_q[b], r.o, c.dtype);
+        for (int h = 0; h < c.heads_q; ++h)
+            for (int s = 0; s < c.lens_q[b]; ++s) {
+                const double e = r.lse[std::size_t(h) * c.lens_q[b] + s];
+                const float g = lse[std::size_t(h) * tq + off.q[b] + s];
+                if (std::isinf(e))
+                    lse_bad += !(std::isinf(g) && g > 0);
+                else
+                    got_lse.push_back(g), ref_lse.push_back(e);
+            }
+    }
+    to.padding(o);
+    for (std::size_t i = lse_n; i < lse.size(); ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &lse[i], 4);
+        lse_bad += bits != test::kPoison32;
+    }
+    std::string why = to.judge("O", o_tolerance(c.dtype));
+    const double lse_err = test::rel_frobenius_floor1(got_lse, ref_lse);
+    if (!(lse_err <= kLseTolerance)) why += fmt::format(" LSE error {:.3g};", lse_err);
+    if (lse_bad) why += fmt::format(" {} LSE elements wrong (keyless rows not +inf, or guard changed);", lse_bad);
+    CHECK(why.empty());
+    if (!why.empty()) FAIL_CHECK("forward:" << why);
+    if (!c.backward) return;
+
+    // Backward: dQ, dK, dV per sequence against the reference's, from the forward's O and LSE.
+    const BackwardKernel bwd = runtime().get_backward(cfg);
+    Packed dout(tq, c.heads_q, c.d_v, c.row_pad);
+    dout.random(rng, c.dtype);
+    Packed dq(tq, c.heads_q, c.d_qk, c.row_pad), dk(tk, c.heads_kv, c.d_qk, c.row_pad), dv(tk, c.heads_kv, c.d_v, c.row_pad);
+    const std::size_t ws_bytes = bwd.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k);
+    driver::DeviceBuffer ws(ws_bytes);
+    BackwardArgs b;
+    b.q = a.q, b.k = a.k, b.v = a.v, b.o = a.o, b.lse = a.lse, b.dout = dout.arg();
+    b.dq = dq.arg(), b.dk = dk.arg(), b.dv = dv.arg();
+    b.batch = a.batch, b.seqlen_q = a.seqlen_q, b.seqlen_k = a.seqlen_k;
+    b.workspace = ws.get(), b.workspace_bytes = ws_bytes;
+    b.deterministic = c.deterministic;
+    b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = tq, b.total_k = tk;
+    auto run = [&] {
+        for (Packed* g : {&dq, &dk, &dv}) g->poison();
+        ws.fill_u32(0x7fc00000u);
+        sync_legacy_stream();
+        bwd.backward(b);
+        sync_legacy_stream();
+        for (Packed* g : {&dq, &dk, &dv}) g->download();
+    };
+    run();
+    Tally tdq, tdk, tdv;
+    for (int s = 0; s < c.batch(); ++s) {
+        const int nq = c.lens_q[s], nk = c.lens_k[s];
+        test::BackwardResult r;
+        if (nq > 0 && nk > 0) {
+            r = test::reference_backward(seqs[s], dout.view(off.q[s]));
+        } else {  // no pair: every gradient of the sequence is zero
+            r.dq.assign(std::size_t(nq) * c.heads_q * c.d_qk, 0.0);
+            r.dk.assign(std::size_t(nk) * c.heads_kv * c.d_qk, 0.0);
+            r.dv.assign(std::size_t(nk) * c.heads_kv * c.d_v, 0.0);
+        }
+        tdq.rows(dq, off.q[s], nq, r.dq, c.dtype);
+        tdk.rows(dk, off.k[s], nk, r.dk, c.dtype);
+        tdv.rows(dv, off.k[s], nk, r.dv, c.dtype);
+    }
+    tdq.padding(dq), tdk.padding(dk), tdv.padding(dv);
+    const double tol = c.dtype == Dtype::bf16 ? 1e-2 : 3e-3;
+    why = tdq.judge("dQ", tol, 1e-3) + tdk.judge("dK", tol, 1e-3) + tdv.judge("dV", tol, 1e-3);
+    CHECK(why.empty());
+    if (!why.empty()) FAIL_CHECK("backward:" << why);
+    if (c.deterministic) {
+        const auto first = std::vector<std::vector<std::uint16_t>>{dq.host, dk.host, dv.host};
+        run();
+        CHECK((first == std::vector<std::vector<std::uint16_t>>{dq.host, dk.host, dv.host}));
+    }
+}
+
+std::vector<int> ragged(std::mt19937& rng, int n, int lo, int hi) {
+    std::uniform_int_distribution<int> len(lo, hi);
+    std::vector<int> v(n);
+    for (int& x : v) x = len(rng);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("varlen: head dims, ragged batches with empty and one-token sequences", "[gpu][varlen]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(7);
+    for (int d : {1, 64, 80, 100, 128, 132, 192, 256}) {
+        VarlenCase c;
+        c.d_qk = c.d_v = d;
+        c.causal = d % 3 != 0;
+        c.dtype = d % 2 ? Dtype::fp16 : Dtype::bf16;
+        c.lens_q = ragged(rng, 5, 1, 300);
+        c.lens_q.insert(c.lens_q.begin() + 1, 0);  // an empty sequence
+        c.lens_q.push_back(1);                      // a one-token sequence
+        c.lens_k = c.lens_q;                        // self-attention over each sequence
+        run_case(c);
+    }
+}
+
+TEST_CASE("varlen: queries shorter and longer than keys (bottom-right causal), GQA, MQA", "[gpu][varlen]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(11);
+    for (bool causal : {true, false})
+        for (auto [hq, hkv] : {std::pair{8, 2}, std::pair{6, 1}, std::pair{3, 3}}) {
+            VarlenCase c;
+            c.causal = causal, c.heads_q = hq, c.heads_kv = hkv;
+            c.lens_q = {37, 200, 1, 0, 129, 64};
+            c.lens_k = {300, 200, 77, 5, 0, 1};  // chunked prefill (fewer queries), a keyless sequence, longer queries
+            run_case(c);
+        }
+}
+
+TEST_CASE("varlen: padded rows (a fused QKV buffer), max_seqlen above the longest, d_qk != d_v", "[gpu][varlen]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(13);
+    VarlenCase c;
+    c.d_qk = 128, c.d_v = 128, c.causal = true, c.row_pad = 64;
+    c.lens_q = c.lens_k = ragged(rng, 4, 100, 500);
+    run_case(c);
+    c.row_pad = 0, c.extra_max = 100;
+    run_case(c);
+    c.d_qk = 192, c.d_v = 128, c.extra_max = 0, c.causal = false;
+    run_case(c);
+}
+
+TEST_CASE("varlen: long sequences among short ones, deterministic backward", "[gpu][varlen]") {
+    SKIP_WITHOUT_GPU();
+    VarlenCase c;
+    c.heads_q = 4, c.heads_kv = 1, c.causal = true;
+    c.lens_q = c.lens_k = {2048, 3, 700, 1};
+    run_case(c);
+    c.deterministic = true;
+    c.lens_q = c.lens_k = {513, 64, 1000};
+    run_case(c);
+}
+
+TEST_CASE("varlen: bad arguments are refused with the field named", "[gpu][varlen]") {
+    SKIP_WITHOUT_GPU();
+    VarlenCase c;
+    c.lens_q = c.lens_k = {10, 20};
+    const Kernel fwd = runtime().get(c.config());
+    Offsets off = offsets(c);
+    Packed q(30, 4, 128, 0), k(30, 2, 128, 0), v(30, 2, 128, 0), o(30, 4, 128, 0);
+    auto good = [&] {
+        ForwardArgs a;
+        a.q = q.arg(), a.k = k.arg(), a.v = v.arg(), a.o = o.arg();
+        a.batch = 2, a.seqlen_q = a.seqlen_k = 20;
+        a.cu_seqlens_q = static_cast<const std::int32_t*>(off.dq.get());
+        a.cu_seqlens_k = static_cast<const std::int32_t*>(off.dk.get());
+        a.total_q = a.total_k = 30;
+        return a;
+    };
+    auto refused = [&](const char* field, auto&& mutate) {
+        ForwardArgs a = good();
+        mutate(a);
+        try {
+            fwd.forward(a);
+            FAIL("accepted a bad " << field);
+        } catch (const ArgumentError& e) {
+            CHECK(e.field() == field);
+        }
+    };
+    fwd.forward(good());  // the baseline is accepted
+    sync_legacy_stream();
+    refused("cu_seqlens_q", [](ForwardArgs& a) { a.cu_seqlens_q = nullptr; });
+    refused("cu_seqlens_k", [](ForwardArgs& a) { a.cu_seqlens_k = reinterpret_cast<const std::int32_t*>(2); });
+    refused("total_q", [](ForwardArgs& a) { a.total_q = 0; });
+    refused("seqlen_k", [](ForwardArgs& a) { a.seqlen_k = 31; });
+    refused("q.batch_stride", [](ForwardArgs& a) { a.q.batch_stride = 30 * 4 * 128; });
+    refused("seqlens_k", [](ForwardArgs& a) { a.seqlens_k = a.cu_seqlens_k; });
+
+    // A dense kernel refuses the varlen fields instead of ignoring them.
+    AttentionConfig dense = c.config();
+    dense.varlen = false;
+    const Kernel dk = runtime().get(dense);
+    ForwardArgs a = good();
+    a.q.batch_stride = a.o.batch_stride = 30 * 4 * 128, a.k.batch_stride = a.v.batch_stride = 30 * 2 * 128;
+    a.batch = 1, a.seqlen_q = a.seqlen_k = 30;
+    try {
+        dk.forward(a);
+        FAIL("a dense kernel accepted cu_seqlens");
+    } catch (const ArgumentError& e) {
+        CHECK(e.field() == "cu_seqlens_q");
+    }
+}
