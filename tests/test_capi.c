@@ -385,6 +385,13 @@ static void test_decode(void) {
         a.seqlen_q = 16, a.seqlen_k = 16, a.page_size = 0, a.pages_per_seq = 0, a.num_splits = 0;
         a.q = a.o = rtattn_tensor_contiguous(fake, 16, 32, 128);
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "block_table");
+        {
+            rtattn_merge_args m;
+            rtattn_merge_args_init(&m);
+            m.o_a = m.o_b = m.o = rtattn_tensor_contiguous(fake, 1, 32, 128);
+            m.batch = 1, m.seqlen = 1, m.lse_a = (const float*)fake;
+            CHECK_FAILS(rtattn_kernel_merge(k, &m, NULL), RTATTN_ERROR_ARGUMENT, "lse_b");
+        }
         rtattn_kernel_release(k);
         printf("test_capi: a GPU is present; decode splits, workspace and refused calls ran\n");
     } else {

@@ -2,7 +2,8 @@
 // time. Each case: fresh random Q, K, V and dO packed as [total, heads, d] (optionally with padded rows, as slices of
 // a fused QKV buffer), ragged lengths with empty and one-token sequences, queries shorter or longer than keys
 // (causal aligned bottom-right per sequence); O, LSE, dQ, dK, dV poisoned before each launch and required written
-// everywhere and nowhere past their guards. Tagged [gpu]: skipped, visibly, without a GPU.
+// everywhere and nowhere past their guards. Also the merge of attention states (cascade attention: a shared prefix
+// and each sequence's own keys). Tagged [gpu]: skipped, visibly, without a GPU.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -372,4 +373,140 @@ TEST_CASE("varlen: bad arguments are refused with the field named", "[gpu][varle
     } catch (const ArgumentError& e) {
         CHECK(e.field() == "cu_seqlens_q");
     }
+}
+
+// Cascade attention through the merge: every sequence's queries attend to a shared prefix (one dense call over all
+// packed queries: batch 1, seqlen total_q) and to their own keys (a varlen call; some sequences have none, so their
+// state is empty, LSE +inf); merging the two states must give attention over prefix + own keys (float64 reference).
+TEST_CASE("merge: cascade attention (shared prefix + own keys), in place, empty and NaN states", "[gpu][varlen][merge]") {
+    SKIP_WITHOUT_GPU();
+    for (int d : {128, 80}) {
+        VarlenCase c;
+        c.d_qk = c.d_v = d;
+        c.dtype = d == 80 ? Dtype::fp16 : Dtype::bf16;
+        c.lens_q = {5, 130, 1, 64};
+        c.lens_k = {300, 0, 17, 1000};
+        const int prefix = 777;
+        INFO(c.describe() << " prefix " << prefix);
+        std::mt19937 rng(c.seed());
+        Offsets off = offsets(c);
+        const int tq = c.total(c.lens_q), tk = c.total(c.lens_k);
+        Packed q(tq, c.heads_q, d, 0), k(tk, c.heads_kv, d, 0), v(tk, c.heads_kv, d, 0);
+        Packed kp(prefix, c.heads_kv, d, 0), vp(prefix, c.heads_kv, d, 0), oa(tq, c.heads_q, d, 0), ob(tq, c.heads_q, d, 0);
+        for (Packed* t : {&q, &k, &v, &kp, &vp}) t->random(rng, c.dtype);
+        oa.poison(), ob.poison();
+        driver::DeviceBuffer lse_a(std::size_t(c.heads_q) * tq * 4), lse_b(std::size_t(c.heads_q) * tq * 4);
+
+        AttentionConfig dense_cfg = c.config();
+        dense_cfg.varlen = false;
+        const Kernel prefix_kernel = runtime().get(dense_cfg), own_kernel = runtime().get(c.config());
+        ForwardArgs a;  // the prefix: all queries as one sequence
+        a.q = q.arg(), a.k = kp.arg(), a.v = vp.arg(), a.o = oa.arg();
+        a.q.batch_stride = q.size(), a.k.batch_stride = kp.size(), a.v.batch_stride = vp.size();
+        a.o.batch_stride = oa.size();
+        a.lse = static_cast<float*>(lse_a.get());
+        a.batch = 1, a.seqlen_q = tq, a.seqlen_k = prefix;
+        prefix_kernel.forward(a);
+        ForwardArgs b;  // each sequence's own keys
+        b.q = q.arg(), b.k = k.arg(), b.v = v.arg(), b.o = ob.arg();
+        b.lse = static_cast<float*>(lse_b.get());
+        b.batch = c.batch(), b.seqlen_q = c.longest(c.lens_q), b.seqlen_k = c.longest(c.lens_k);
+        b.cu_seqlens_q = static_cast<const std::int32_t*>(off.dq.get());
+        b.cu_seqlens_k = static_cast<const std::int32_t*>(off.dk.get());
+        b.total_q = tq, b.total_k = tk;
+        own_kernel.forward(b);
+
+        // A NaN in one state's LSE (row 0 of head 0) must come out as NaN, never as a plausible value.
+        const float nan = NAN;
+        lse_b.upload(&nan, 4);
+        MergeArgs m;
+        m.o_a = oa.arg(), m.o_b = ob.arg(), m.o = oa.arg();  // in place, into the prefix state
+        m.lse_a = static_cast<const float*>(lse_a.get()), m.lse_b = static_cast<const float*>(lse_b.get());
+        m.lse = static_cast<float*>(lse_b.get());               // in place too
+        m.batch = 1, m.seqlen = tq;
+        own_kernel.merge(m);
+        sync_legacy_stream();
+        oa.download();
+        std::vector<float> lse(std::size_t(c.heads_q) * tq);
+        lse_b.download(lse.data(), lse.size() * 4);
+
+        Tally to;
+        std::vector<double> got_lse, ref_lse;
+        std::size_t nan_row_ok = 0;
+        for (int s = 0; s < c.batch(); ++s) {
+            // This sequence's keys: the prefix, then its own.
+            const int nk = prefix + c.lens_k[s];
+            std::vector<std::uint16_t> kk, vv;
+            for (const auto* src : {&kp, &k}) {
+                const bool own = src == &k;
+                const int rows = own ? c.lens_k[s] : prefix, first = own ? off.k[s] : 0;
+                kk.insert(kk.end(), src->host.begin() + std::size_t(first) * src->row(),
+                          src->host.begin() + std::size_t(first + rows) * src->row());
+                const Packed& vs = own ? v : vp;
+                vv.insert(vv.end(), vs.host.begin() + std::size_t(first) * vs.row(),
+                          vs.host.begin() + std::size_t(first + rows) * vs.row());
+            }
+            test::ReferenceProblem r = sequence(c, off, s, q, k, v);
+            r.seqlen_k = nk;
+            r.k = {kk.data(), 0, k.row(), d}, r.v = {vv.data(), 0, v.row(), d};
+            const test::ReferenceResult ref = test::reference_forward(r);
+            for (int t = 0; t < c.lens_q[s]; ++t)
+                for (int h = 0; h < c.heads_q; ++h) {
+                    const int row = off.q[s] + t;
+                    if (row == 0 && h == 0) {  // the NaN row: every element NaN, LSE NaN
+                        for (int e = 0; e < d; ++e) nan_row_ok += std::isnan(test::from_bits(oa.host[e], c.dtype));
+                        nan_row_ok += std::isnan(lse[0]);
+                        continue;
+                    }
+                    for (int e = 0; e < d; ++e) {
+                        const std::uint16_t bits = oa.host[std::size_t(row) * oa.row() + h * d + e];
+                        to.unwritten += bits == test::kPoison16;
+                        to.got.push_back(test::from_bits(bits, c.dtype));
+                        to.ref.push_back(ref.o[ref.o_index(0, t, h, e)]);
+                    }
+                    got_lse.push_back(lse[std::size_t(h) * tq + row]);
+                    ref_lse.push_back(ref.lse[ref.lse_index(0, h, t)]);
+                }
+        }
+        to.padding(oa);
+        std::string why = to.judge("merged O", o_tolerance(c.dtype));
+        const double lse_err = test::rel_frobenius_floor1(got_lse, ref_lse);
+        if (!(lse_err <= kLseTolerance)) why += fmt::format(" merged LSE error {:.3g};", lse_err);
+        if (nan_row_ok != std::size_t(d) + 1) why += fmt::format(" NaN row: {} of {} NaN;", nan_row_ok, d + 1);
+        CHECK(why.empty());
+        if (!why.empty()) FAIL_CHECK(why);
+    }
+}
+
+TEST_CASE("merge: bad arguments are refused with the field named", "[gpu][merge]") {
+    SKIP_WITHOUT_GPU();
+    VarlenCase c;
+    AttentionConfig cfg = c.config();
+    cfg.varlen = false;
+    const Kernel kernel = runtime().get(cfg);
+    Packed o(8, 4, 128, 0);
+    driver::DeviceBuffer lse(8 * 4 * 4);
+    auto good = [&] {
+        MergeArgs m;
+        m.o_a = m.o_b = m.o = o.arg();
+        m.o_a.batch_stride = m.o_b.batch_stride = m.o.batch_stride = o.size();
+        m.lse_a = m.lse_b = static_cast<const float*>(lse.get());
+        m.batch = 1, m.seqlen = 8;
+        return m;
+    };
+    auto refused = [&](const char* field, auto&& mutate) {
+        MergeArgs m = good();
+        mutate(m);
+        try {
+            kernel.merge(m);
+            FAIL("accepted a bad " << field);
+        } catch (const ArgumentError& e) {
+            CHECK(e.field() == field);
+        }
+    };
+    refused("lse_b", [](MergeArgs& m) { m.lse_b = nullptr; });
+    refused("lse", [&](MergeArgs& m) { m.lse = reinterpret_cast<float*>(static_cast<char*>(lse.get()) + 2); });
+    refused("seqlen", [](MergeArgs& m) { m.seqlen = 0; });
+    refused("o.seq_stride", [](MergeArgs& m) { m.o.seq_stride = 3; });
+    refused("o", [](MergeArgs& m) { m.o.seq_stride = 0; });  // rows overlap
 }

@@ -225,6 +225,21 @@ RTATTN_API rtattn_status rtattn_kernel_workspace_bytes(const rtattn_kernel* kern
 /* The number of key splits a decode call with these sizes runs (num_splits 0: the library's choice); 1 otherwise. */
 RTATTN_API rtattn_status rtattn_kernel_num_splits(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
                                                   int32_t seqlen_k, int32_t num_splits, int32_t* out);
+/* Two attention states of the same query rows over different keys, merged into the attention over both: O tensors
+ * [batch, seqlen, heads_q, d_v] (the kernel's dtype), LSE [batch, heads_q, seqlen] float32 natural log; LSE +inf or
+ * -inf marks a state without keys (weight 0). o may be o_a or o_b, lse lse_a or lse_b (in place); lse may be NULL. */
+typedef struct rtattn_merge_args {
+    size_t struct_size;
+    rtattn_tensor o_a, o_b, o;
+    const float* lse_a;
+    const float* lse_b;
+    float* lse;
+    int32_t batch, seqlen;
+} rtattn_merge_args;
+
+RTATTN_API void rtattn_merge_args_init(rtattn_merge_args* args);
+/* Launches the merge on `stream`; never synchronizes or allocates. */
+RTATTN_API rtattn_status rtattn_kernel_merge(const rtattn_kernel* kernel, const rtattn_merge_args* args, void* stream);
 RTATTN_API rtattn_status rtattn_kernel_get_info(const rtattn_kernel* kernel, rtattn_kernel_info* out);
 /* The kernel's config, arch resolved (out->arch owned by the kernel). */
 RTATTN_API rtattn_status rtattn_kernel_get_config(const rtattn_kernel* kernel, rtattn_config* out);

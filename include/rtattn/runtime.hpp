@@ -55,6 +55,16 @@ public:
         a.total_q = args.total_q, a.total_k = args.total_k;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
+    // Merges two attention states of this kernel's dtype and d_v (see MergeArgs) on `stream`: cascade attention's
+    // prefix and suffix, ring attention's steps, split-KV partials. Never synchronizes or allocates.
+    void merge(const MergeArgs& args, void* stream = nullptr) const {
+        rtattn_merge_args a;
+        rtattn_merge_args_init(&a);
+        a.o_a = detail::to_c(args.o_a), a.o_b = detail::to_c(args.o_b), a.o = detail::to_c(args.o);
+        a.lse_a = args.lse_a, a.lse_b = args.lse_b, a.lse = args.lse;
+        a.batch = args.batch, a.seqlen = args.seqlen;
+        detail::check(rtattn_kernel_merge(handle(), &a, stream));
+    }
     // Device workspace one call with these sizes needs: the decode kernels' partial results per split (0 for the
     // prefill kernels). num_splits 0: the library's choice, as forward() makes it.
     std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const {

@@ -110,6 +110,20 @@ struct ForwardArgs {
     }
 };
 
+// Two attention states of the same query rows, each over its own set of keys (a shared prefix and each request's
+// own keys in cascade attention, one device's keys in ring attention), and where their merge goes: the attention over
+// both sets. O tensors are [batch, seqlen, heads_q, d_v] like the forward's o, LSE [batch, heads_q, seqlen] float32
+// like its lse (varlen: batch 1, seqlen total_q). A state whose LSE is +inf or -inf has no keys and weight 0. o may be
+// o_a or o_b and lse lse_a or lse_b (in place).
+struct MergeArgs {
+    TensorArg o_a, o_b;
+    TensorArg o;                   // written
+    const float* lse_a = nullptr;  // required
+    const float* lse_b = nullptr;  // required
+    float* lse = nullptr;          // optional: the merged LSE
+    int batch = 0, seqlen = 0;
+};
+
 // One backward call: the forward's inputs, its output O and LSE, the gradient dO of the loss with respect to O, and
 // the gradients to write. Layouts as ForwardArgs: [batch, seq, head, dim], strides in elements, dim contiguous.
 struct BackwardArgs {

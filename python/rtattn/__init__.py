@@ -18,19 +18,52 @@ __version__ = version()
 
 __all__ = ["AttentionConfig", "ArgumentError", "BackwardKernel", "CacheError", "CacheMissError", "CacheStats", "CompileError",
            "ConfigError", "CudaError", "Error", "Kernel", "KernelInfo", "Runtime", "attention", "default_runtime",
-           "info", "known_archs", "plan", "precompile", "precompile_backward", "set_default_runtime", "version"]
+           "info", "known_archs", "plan", "precompile", "precompile_backward", "set_default_runtime", "version",
+           "attention_varlen", "attention_with_kvcache", "merge_states"]
 
 _torch_ops = None
+_serving_ops = None
 
 
 def _load_torch_ops():
-    """Registers the custom op on first use; importing rtattn alone never imports torch."""
-    global _torch_ops, attention
+    """Registers the custom ops on first use; importing rtattn alone never imports torch."""
+    global _torch_ops, _serving_ops, attention, attention_varlen, attention_with_kvcache, merge_states
     if _torch_ops is None:
-        from . import _torch
-        _torch_ops = _torch
+        from . import _serving, _torch
+        _torch_ops, _serving_ops = _torch, _serving
         attention = _torch.attention
+        attention_varlen = _serving.attention_varlen
+        attention_with_kvcache = _serving.attention_with_kvcache
+        merge_states = _serving.merge_states
     return _torch_ops
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                     softmax_scale=None, return_lse=False, deterministic=False):
+    """Attention over packed sequences [total, heads, head_dim] with cu_seqlens (flash_attn_varlen_func),
+    differentiable (see rtattn._serving.attention_varlen); needs torch."""
+    _load_torch_ops()
+    return _serving_ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                         causal=causal, softmax_scale=softmax_scale, return_lse=return_lse,
+                                         deterministic=deterministic)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
+                           softmax_scale=None, num_splits=0, max_seqlen_k=None, return_lse=False):
+    """Decode against a dense or paged KV cache (flash_attn_with_kvcache without the append; see
+    rtattn._serving.attention_with_kvcache); needs torch."""
+    _load_torch_ops()
+    return _serving_ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
+                                               block_table=block_table, causal=causal, softmax_scale=softmax_scale,
+                                               num_splits=num_splits, max_seqlen_k=max_seqlen_k,
+                                               return_lse=return_lse)
+
+
+def merge_states(o_a, lse_a, o_b, lse_b):
+    """Merges two attention states (O, LSE) of the same rows over different keys (see rtattn._serving.merge_states);
+    needs torch."""
+    _load_torch_ops()
+    return _serving_ops.merge_states(o_a, lse_a, o_b, lse_b)
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False):

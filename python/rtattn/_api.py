@@ -269,6 +269,28 @@ class Kernel:
         if status:
             _raise(status)
 
+    def workspace_bytes(self, batch: int, seqlen_q: int, seqlen_k: int, num_splits: int = 0) -> int:
+        """Device workspace one call with these sizes needs (decode kernels: the splits' partial results; else 0)."""
+        n = ctypes.c_size_t()
+        _check(lib.rtattn_kernel_workspace_bytes(self._handle, batch, seqlen_q, seqlen_k, num_splits, ctypes.byref(n)))
+        return n.value
+
+    def num_splits(self, batch: int, seqlen_q: int, seqlen_k: int, num_splits: int = 0) -> int:
+        """Key splits a decode call with these sizes runs (0: the library's choice); 1 for the prefill kernels."""
+        n = ctypes.c_int32()
+        _check(lib.rtattn_kernel_num_splits(self._handle, batch, seqlen_q, seqlen_k, num_splits, ctypes.byref(n)))
+        return n.value
+
+    def merge_args(self) -> "_lib.MergeArgs":
+        """A fresh argument struct for merge()."""
+        a = _lib.MergeArgs()
+        lib.rtattn_merge_args_init(ctypes.byref(a))
+        return a
+
+    def merge(self, args: "_lib.MergeArgs", stream: int = 0) -> None:
+        """Merges two attention states (O, LSE) of the same rows over different keys on `stream`."""
+        _check(lib.rtattn_kernel_merge(self._handle, ctypes.byref(args), stream))
+
 
 class BackwardKernel:
     """The backward kernels of one config (dQ, dK, dV), for the CUDA context current when Runtime.get_backward made

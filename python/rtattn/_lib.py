@@ -73,6 +73,11 @@ class BackwardArgs(ctypes.Structure):
                 ("cu_seqlens_k", ctypes.c_void_p), ("total_q", _i32), ("total_k", _i32)]
 
 
+class MergeArgs(ctypes.Structure):
+    _fields_ = [("struct_size", _size), ("o_a", Tensor), ("o_b", Tensor), ("o", Tensor), ("lse_a", ctypes.c_void_p),
+                ("lse_b", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("batch", _i32), ("seqlen", _i32)]
+
+
 _P = ctypes.POINTER
 _vp = ctypes.c_void_p
 # name: (restype, argtypes)
@@ -112,6 +117,8 @@ _PROTOTYPES = {
     "rtattn_kernel_forward": (_i32, [_vp, _P(ForwardArgs), _vp]),
     "rtattn_kernel_workspace_bytes": (_i32, [_vp, _i32, _i32, _i32, _i32, _P(_size)]),
     "rtattn_kernel_num_splits": (_i32, [_vp, _i32, _i32, _i32, _i32, _P(_i32)]),
+    "rtattn_merge_args_init": (None, [_P(MergeArgs)]),
+    "rtattn_kernel_merge": (_i32, [_vp, _P(MergeArgs), _vp]),
     "rtattn_kernel_get_info": (_i32, [_vp, _P(KernelInfo)]),
     "rtattn_kernel_get_config": (_i32, [_vp, _P(Config)]),
     "rtattn_runtime_get_backward": (_i32, [_vp, _P(Config), _P(_vp)]),

@@ -61,11 +61,12 @@ def _check(q, k, v, causal, softmax_scale) -> None:
 
 
 def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
-            scale: Optional[float]):
-    """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime."""
+            scale: Optional[float], flags: Tuple[str, ...] = ()):
+    """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime.
+    flags: the config's serving fields set to True ("varlen", "decode", "paged_kv")."""
     runtime = _api._default or _api.default_runtime()
     kernels = runtime.__dict__.setdefault("_torch_kernels", {})
-    key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale)
+    key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale, flags)
     kernel = kernels.get(key)
     if kernel is None:
         with _lock:
@@ -73,7 +74,8 @@ def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hk
             if kernel is None:
                 # arch "" = the current device: the caller made q's device current.
                 config = _api.AttentionConfig(head_dim_qk=d, head_dim_v=dv, dtype=_DTYPES[dtype], causal=causal,
-                                              num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale)
+                                              num_heads_q=hq, num_heads_kv=hkv, softmax_scale=scale,
+                                              **{f: True for f in flags})
                 kernel = kernels[key] = getattr(runtime, kind)(config)
     return kernel
 

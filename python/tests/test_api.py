@@ -22,7 +22,8 @@ def run_python(code, env=None):
 @pytest.mark.parametrize("struct, init", [
     (_lib.Config, "rtattn_config_init"), (_lib.RuntimeOptions, "rtattn_runtime_options_init"),
     (_lib.KernelInfo, "rtattn_kernel_info_init"), (_lib.CacheStats, "rtattn_cache_stats_init"),
-    (_lib.ForwardArgs, "rtattn_forward_args_init"), (_lib.BackwardArgs, "rtattn_backward_args_init")])
+    (_lib.ForwardArgs, "rtattn_forward_args_init"), (_lib.BackwardArgs, "rtattn_backward_args_init"),
+    (_lib.MergeArgs, "rtattn_merge_args_init")])
 def test_struct_layouts_match_the_library(struct, init):
     s = struct()
     getattr(_lib.lib, init)(ctypes.byref(s))

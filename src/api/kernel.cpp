@@ -205,6 +205,29 @@ int Kernel::num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits) co
     return k.plan.family->num_splits(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
 }
 
+void Kernel::merge(const MergeArgs& a, void* stream) const {
+    const Impl& k = impl_of(impl_);
+    const plan::KernelPlan& p = k.plan;
+    const int heads = k.config.num_heads_q;
+    if (a.batch < 1) throw ArgumentError("batch", fmt::format("{} is out of range; allowed >= 1", a.batch));
+    if (a.seqlen < 1) throw ArgumentError("seqlen", fmt::format("{} is out of range; allowed >= 1", a.seqlen));
+    check_tensor("o_a", a.o_a, p.vec_v, false, a.batch, a.seqlen, heads, p.head_dim_v);
+    check_tensor("o_b", a.o_b, p.vec_v, false, a.batch, a.seqlen, heads, p.head_dim_v);
+    check_tensor("o", a.o, p.vec_v, true, a.batch, a.seqlen, heads, p.head_dim_v);
+    for (const auto& [field, ptr] : {std::pair{"lse_a", a.lse_a}, std::pair{"lse_b", a.lse_b}})
+        if (!ptr) throw ArgumentError(field, "is null; each state's LSE ([batch, heads_q, seqlen] float32) is required");
+    for (const auto& [field, ptr] : {std::pair<const char*, const float*>{"lse_a", a.lse_a}, {"lse_b", a.lse_b}, {"lse", a.lse}})
+        if (!aligned(ptr, 4)) throw ArgumentError(field, "must be 4-byte aligned (float32)");
+    MergeParams m{};
+    m.o_a = a.o_a.ptr, m.o_b = a.o_b.ptr, m.o = const_cast<void*>(a.o.ptr);
+    m.lse_a = a.lse_a, m.lse_b = a.lse_b, m.lse = a.lse;
+    m.a_batch_stride = a.o_a.batch_stride, m.a_seq_stride = a.o_a.seq_stride, m.a_head_stride = a.o_a.head_stride;
+    m.b_batch_stride = a.o_b.batch_stride, m.b_seq_stride = a.o_b.seq_stride, m.b_head_stride = a.o_b.head_stride;
+    m.o_batch_stride = a.o.batch_stride, m.o_seq_stride = a.o.seq_stride, m.o_head_stride = a.o.head_stride;
+    m.batch = a.batch, m.seqlen = a.seqlen, m.heads = heads;
+    kernels::launch_merge(*k.module, m, stream);
+}
+
 const AttentionConfig& Kernel::config() const {
     if (!impl_) throw ArgumentError("kernel", "is empty; obtain one from Runtime::get()");
     return impl_->config;

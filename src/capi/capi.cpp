@@ -392,6 +392,24 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
     });
 }
 
+void rtattn_merge_args_init(rtattn_merge_args* args) {
+    if (!args) return;
+    std::memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+}
+
+rtattn_status rtattn_kernel_merge(const rtattn_kernel* kernel, const rtattn_merge_args* args, void* stream) {
+    return guard([&] {
+        const core::Kernel& k = kernel_of(kernel);
+        const rtattn_merge_args a = read_struct(args, "args", rtattn_merge_args_init);
+        core::MergeArgs m;
+        m.o_a = tensor(a.o_a), m.o_b = tensor(a.o_b), m.o = tensor(a.o);
+        m.lse_a = a.lse_a, m.lse_b = a.lse_b, m.lse = a.lse;
+        m.batch = a.batch, m.seqlen = a.seqlen;
+        k.merge(m, stream);
+    });
+}
+
 rtattn_status rtattn_kernel_workspace_bytes(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
                                             int32_t seqlen_k, int32_t num_splits, size_t* out) {
     return guard([&] {

@@ -20,6 +20,7 @@ using rtattn::CacheStats;
 using rtattn::TensorArg;
 using rtattn::ForwardArgs;
 using rtattn::BackwardArgs;
+using rtattn::MergeArgs;
 using rtattn::PlanSummary;
 using rtattn::KernelInfo;
 
@@ -33,6 +34,8 @@ public:
     // splits it runs; num_splits 0 is the library's choice.
     std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const;
     int num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const;
+    // Merges two attention states of this kernel's dtype and d_v (MergeArgs); launches on `stream`.
+    void merge(const MergeArgs& args, void* stream = nullptr) const;
     const AttentionConfig& config() const;
     const KernelInfo& info() const;
     explicit operator bool() const noexcept { return impl_ != nullptr; }

@@ -38,6 +38,7 @@ public:
                                 p.causal ? "_causal" : "", p.paged_kv ? "_paged" : "", p.arch);
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back({"bool", "kPaged", p.paged_kv ? "true" : "false"});
+        // The third entry, after the main and merge ones.
         s.entries.push_back({kCombineEntry, "const rtattn::DecParams params",
                              "rtattn::flash_decode_combine<Traits>(params)", kCombineWarps * 32});
         return s;
@@ -109,7 +110,7 @@ public:
                       "cuLaunchKernel");
         if (prm.num_splits == 1) return;
         const long long rows = (long long)a.batch * c.num_heads_q * a.seqlen_q;
-        driver::check(api.cuLaunchKernel(l.module.functions.at(1), unsigned((rows + kCombineWarps - 1) / kCombineWarps),
+        driver::check(api.cuLaunchKernel(l.module.functions.at(2), unsigned((rows + kCombineWarps - 1) / kCombineWarps),
                                          1, 1, kCombineWarps * 32, 1, 1, 0, stream, args, nullptr),
                       "cuLaunchKernel");
     }

@@ -44,6 +44,8 @@ render::StubSpec forward_stub(const plan::KernelPlan& p, const char* header, con
     s.shape = shape;
     s.smem_bytes = p.smem_bytes;
     s.entries.push_back({kForwardEntry, param, fmt::format("rtattn::{}<Traits>(params)", kernel_fn), p.threads()});
+    s.entries.push_back({kMergeEntry, "const rtattn::MergeParams params", "rtattn::merge_states<Traits>(params)",
+                         kMergeThreads});
     return s;
 }
 
@@ -67,6 +69,16 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
     prm.cu_seqlens_q = a.cu_seqlens_q, prm.cu_seqlens_k = a.cu_seqlens_k;
     prm.total_q = a.total_q, prm.total_k = a.total_k;
     return prm;
+}
+
+void launch_merge(const driver::Module& module, const MergeParams& params, void* stream) {
+    MergeParams prm = params;
+    void* args[] = {&prm};
+    const long long rows = (long long)prm.batch * prm.heads * prm.seqlen;
+    const long long ctas = (rows + kMergeThreads / 32 - 1) / (kMergeThreads / 32);
+    driver::check(driver::api().cuLaunchKernel(module.functions.at(kMergeIndex), unsigned(ctas), 1, 1, kMergeThreads, 1,
+                                               1, 0, static_cast<CUstream>(stream), args, nullptr),
+                  "cuLaunchKernel");
 }
 
 void launch_forward_grid(const ForwardLaunch& l, void* params) {

@@ -68,6 +68,10 @@ const ForwardFamily* forward_family(const std::string& name);  // nullptr when u
 // ---- pieces every forward family shares ----------------------------------------------------------------------------
 
 inline constexpr const char* kForwardEntry = "rtattn_fwd_kernel";
+// Every forward module's second entry merges two attention states (templates/common/merge.cuh): a warp per row.
+inline constexpr const char* kMergeEntry = "rtattn_merge";
+inline constexpr int kMergeIndex = 1;
+inline constexpr int kMergeThreads = 256;  // merge.cuh's kMergeWarps
 
 // The traits every forward template reads: head dims and pads, dtype, mask, tile, vector widths.
 std::vector<render::Trait> common_traits(const plan::KernelPlan& p);
@@ -76,6 +80,8 @@ render::StubSpec forward_stub(const plan::KernelPlan& p, const char* header, con
                               const char* kernel_fn);
 // The parameter block every forward kernel starts with.
 FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a);
+// The merge entry over params.batch x heads x seqlen rows.
+void launch_merge(const driver::Module& module, const MergeParams& params, void* stream);
 // Grid: x = query block, y = query head, z = batch; one launch of the module's first entry.
 void launch_forward_grid(const ForwardLaunch& l, void* params);
 

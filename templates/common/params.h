@@ -92,6 +92,21 @@ struct DecParams {
     float scale_log2, scale;
 };
 
+// Parameters of the merge entry (common/merge.cuh): two attention states of the same rows and where the merged one
+// goes. O tensors [batch, seqlen, heads, d_v] (strides in elements), LSE [batch, heads, seqlen] natural log.
+struct MergeParams {
+    const void* o_a;
+    const void* o_b;
+    void* o;                    // may be o_a or o_b (in place)
+    const float* lse_a;
+    const float* lse_b;
+    float* lse;                 // nullptr: not written; may be lse_a or lse_b
+    long long a_batch_stride, a_seq_stride, a_head_stride;
+    long long b_batch_stride, b_seq_stride, b_head_stride;
+    long long o_batch_stride, o_seq_stride, o_head_stride;
+    int batch, seqlen, heads;
+};
+
 // A CUtensorMap as cuTensorMapEncodeTiled writes it: 128 opaque bytes (aligned as cuda.h declares it).
 struct alignas(128) TmaMap {
     unsigned long long raw[16];

@@ -14,6 +14,7 @@
 // L keys and seqlen_q tokens sees keys j <= L - seqlen_q + t.
 #pragma once
 #include "common/epilogue.cuh"
+#include "common/merge.cuh"  // the module's merge entry
 #include "common/geometry.h"
 #include "common/load.cuh"
 #include "common/mask.cuh"

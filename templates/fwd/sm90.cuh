@@ -6,6 +6,7 @@
 #pragma once
 #include "common/cta_tile.cuh"
 #include "common/epilogue.cuh"
+#include "common/merge.cuh"  // the module's merge entry
 #include "common/geometry.h"
 #include "common/load.cuh"
 #include "common/mask.cuh"

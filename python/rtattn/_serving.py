@@ -1,0 +1,361 @@
+"""Packed sequences and serving for PyTorch, over the C ABI, in FlashAttention's conventions:
+
+- attention_varlen: flash_attn_varlen_func's packed batch ([total, heads, dim] with cu_seqlens), differentiable
+  (custom ops "rtattn::attention_varlen" and "rtattn::attention_varlen_backward", autograd between them);
+- attention_with_kvcache: flash_attn_with_kvcache's decode against a dense or paged KV cache (inference only);
+- merge_states: two attention states (O, LSE) of the same rows over different keys merged into one (cascade
+  attention, ring attention).
+
+Every op is a torch.library custom op with a fake implementation, so torch.compile traces it and CUDA graphs capture
+it; workspaces come from torch's caching allocator."""
+import ctypes
+import math
+from typing import Optional, Tuple
+
+import torch
+
+from . import _lib
+from ._api import ArgumentError
+from ._torch import _ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _cached, _raw_stream, _tensor
+
+_MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
+
+
+def _packed(x: torch.Tensor) -> "_lib.Tensor":
+    """A [total, heads, dim] tensor as the library's [batch, seq, head] strides (batch stride 0)."""
+    n, s = x.shape, x.stride()
+    return _lib.Tensor(x.data_ptr(), 0, s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0)
+
+
+def _check_inputs(tensors, dims: int, layout: str) -> None:
+    q = tensors[0][1]
+    for name, t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise ArgumentError(f"{name}: expected a torch.Tensor, got {type(t).__name__}", name)
+        if t.dim() != dims:
+            raise ArgumentError(f"{name}: expected {dims} dims {layout}, got shape {tuple(t.shape)}", name)
+        if t.dtype not in _DTYPES:
+            raise ArgumentError(f"{name}: dtype {t.dtype} is not supported; allowed torch.float16, torch.bfloat16",
+                                name)
+        if t.dtype != q.dtype:
+            raise ArgumentError(f"{name}: dtype {t.dtype} differs from {tensors[0][0]}'s {q.dtype}", name)
+        if t.device.type not in ("cuda", "meta") or t.device != q.device:
+            raise ArgumentError(f"{name}: is on {t.device}; expected CUDA tensors on one device ({q.device})", name)
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ArgumentError(f"{name}: the last (head_dim) dim must be contiguous (stride 1); strides are "
+                                f"{tuple(t.stride())}", name)
+
+
+def _check_int32(name: str, t, q: torch.Tensor, length: Optional[int] = None, dims: int = 1) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != dims:
+        raise ArgumentError(f"{name}: expected a {dims}-dim torch.int32 tensor, got "
+                            f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}", name)
+    if t.device != q.device:
+        raise ArgumentError(f"{name}: is on {t.device}, q on {q.device} (the offsets are read on the device)", name)
+    if length is not None and t.shape[0] != length:
+        raise ArgumentError(f"{name}: has {t.shape[0]} entries; expected {length}", name)
+
+
+def _check_scale(causal, softmax_scale) -> None:
+    if not isinstance(causal, bool):
+        raise ArgumentError(f"causal: {causal!r} is not True or False", "causal")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and
+                                          not isinstance(softmax_scale, bool) and
+                                          math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ArgumentError(f"softmax_scale: {softmax_scale!r} is not a finite number > 0", "softmax_scale")
+
+
+def _on_device(q: torch.Tensor, fn, *args):
+    """Runs fn with q's device current: kernels are loaded into, and launched in, its context."""
+    if q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):
+            return fn(*args)
+    return fn(*args)
+
+
+# ---- varlen ----------------------------------------------------------------------------------------------------------
+
+def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale):
+    _check_inputs((("q", q), ("k", k), ("v", v)), 3, "[total_tokens, heads, head_dim]")
+    _check_int32("cu_seqlens_q", cu_seqlens_q, q)
+    _check_int32("cu_seqlens_k", cu_seqlens_k, q, cu_seqlens_q.shape[0])
+    if cu_seqlens_q.shape[0] < 2:
+        raise ArgumentError("cu_seqlens_q: needs batch + 1 >= 2 entries", "cu_seqlens_q")
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+            raise ArgumentError(f"{name}: {x!r} is not an int >= 0", name)
+    if k.shape[2] != q.shape[2]:
+        raise ArgumentError(f"k: head_dim {k.shape[2]} differs from q's {q.shape[2]}", "k")
+    if tuple(v.shape[:2]) != tuple(k.shape[:2]):
+        raise ArgumentError(f"v: shape {tuple(v.shape)} must match k's [total_k, heads_kv] = {tuple(k.shape[:2])}", "v")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        raise ArgumentError(f"k: q's heads ({q.shape[1]}) must be a multiple of k's heads ({k.shape[1]})", "k")
+    _check_scale(causal, softmax_scale)
+
+
+def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
+    return dict(batch=cu_q.shape[0] - 1, seqlen_q=max_q, seqlen_k=max_k, cu_seqlens_q=cu_q.data_ptr(),
+                cu_seqlens_k=cu_k.data_ptr(), total_q=q.shape[0], total_k=k.shape[0])
+
+
+def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+    tq, hq, d = q.shape
+    tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
+    o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    if tq == 0 or max_q == 0:
+        return o, lse
+    if tk == 0 or max_k == 0:  # no sequence has a key: the library's convention for keyless rows
+        return o.zero_(), lse.fill_(math.inf)
+    kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, ("varlen",))
+    args = _lib.ForwardArgs(struct_size=_ARGS_SIZE, q=_packed(q), k=_packed(k), v=_packed(v), o=_packed(o),
+                            lse=lse.data_ptr(), **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k))
+    kernel.launch(args, _raw_stream(q.device.index))
+    return o, lse
+
+
+@torch.library.custom_op("rtattn::attention_varlen", mutates_args=(), device_types="cuda")
+def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+               cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+               softmax_scale: Optional[float], deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _on_device(q, _varlen_run, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                      softmax_scale)
+
+
+@_varlen_op.register_fake
+def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                 deterministic):
+    return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
+            q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
+
+
+def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, causal, scale, deterministic):
+    tq, hq, d = q.shape
+    tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
+    dq, dk, dvv = torch.empty_like(q, memory_format=torch.contiguous_format), torch.empty(
+        (tk, hkv, d), dtype=q.dtype, device=q.device), torch.empty((tk, hkv, dv), dtype=q.dtype, device=q.device)
+    if tq == 0 or tk == 0 or max_q == 0 or max_k == 0:  # no (query, key) pair: every gradient is zero
+        return dq.zero_(), dk.zero_(), dvv.zero_()
+    kernel = _cached("get_backward", q.device, q.dtype, d, dv, hq, hkv, causal, scale, ("varlen",))
+    batch = cu_q.shape[0] - 1
+    workspace = torch.empty(kernel.workspace_bytes(batch, max_q, max_k), dtype=torch.uint8, device=q.device)
+    args = _lib.BackwardArgs(struct_size=_BWD_ARGS_SIZE, q=_packed(q), k=_packed(k), v=_packed(v), o=_packed(o),
+                             dout=_packed(dout), lse=lse.data_ptr(),
+                             dlse=dlse.data_ptr() if dlse is not None else None, dq=_packed(dq), dk=_packed(dk),
+                             dv=_packed(dvv), workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
+                             deterministic=int(deterministic), **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k))
+    kernel.launch(args, _raw_stream(q.device.index))
+    return dq, dk, dvv
+
+
+@torch.library.custom_op("rtattn::attention_varlen_backward", mutates_args=(), device_types="cuda")
+def _varlen_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse: torch.Tensor, dlse: Optional[torch.Tensor], cu_seqlens_q: torch.Tensor,
+                        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                        softmax_scale: Optional[float], deterministic: bool
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if dout.stride(-1) != 1 and dout.shape[-1] > 1:
+        dout = dout.contiguous()
+    if dlse is not None:
+        dlse = dlse.float().contiguous()
+    return _on_device(q, _varlen_backward_run, dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k,
+                      max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic)
+
+
+@_varlen_backward_op.register_fake
+def _varlen_backward_fake(dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          causal, softmax_scale, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _varlen_setup(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k)
+    ctx.sizes = (max_q, max_k, causal, scale, deterministic)
+    ctx.set_materialize_grads(False)
+
+
+def _varlen_backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    none = (None,) * 7
+    if grad_o is None and grad_lse is None:
+        return (None, None, None) + none
+    if grad_o is None:
+        grad_o = torch.zeros_like(o)
+    max_q, max_k, causal, scale, deterministic = ctx.sizes
+    dq, dk, dv = torch.ops.rtattn.attention_varlen_backward(grad_o, q, k, v, o, lse, grad_lse, cu_q, cu_k, max_q,
+                                                            max_k, causal, scale, deterministic)
+    return (dq, dk, dv) + none
+
+
+_varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                     softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False):
+    """Attention over a packed batch of sequences of different lengths (FlashAttention's flash_attn_varlen_func),
+    differentiable.
+
+    q: [total_q, heads_q, head_dim], k: [total_k, heads_kv, head_dim], v: [total_k, heads_kv, head_dim_v]; sequence b
+    is rows cu_seqlens_q[b]:cu_seqlens_q[b+1] of q (cu_seqlens_k: of k and v), int32 CUDA tensors of batch + 1
+    entries. max_seqlen_q/k: the longest sequences (host ints; they size the grid, so pass the true maxima: rows of a
+    longer sequence past them are not computed). Causal aligns bottom-right per sequence. Returns o [total_q, heads_q,
+    head_dim_v] and, with return_lse, the float32 LSE [heads_q, total_q]. The offsets are not checked (they are on the
+    device); the kernels clamp them into the tensors, so wrong offsets give wrong rows but no stray memory access."""
+    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale)
+    if not isinstance(deterministic, bool):
+        raise ArgumentError(f"deterministic: {deterministic!r} is not True or False", "deterministic")
+    o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                               causal, softmax_scale, deterministic)
+    return (o, lse) if return_lse else o
+
+
+# ---- decode from a KV cache ------------------------------------------------------------------------------------------
+
+def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits):
+    b, sq, hq, d = q.shape
+    hkv, dv = k_cache.shape[2], v_cache.shape[3]
+    o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+    if b == 0 or sq == 0:
+        return o, lse
+    if max_seqlen_k == 0:
+        return o.zero_(), lse.fill_(math.inf)
+    flags = ("decode", "paged_kv") if block_table is not None else ("decode",)
+    kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
+    ws_bytes = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
+    workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
+    paged = {}
+    if block_table is not None:
+        paged = dict(block_table=block_table.data_ptr(), block_table_stride=block_table.stride(0),
+                     pages_per_seq=block_table.shape[1], page_size=k_cache.shape[1])
+    k_arg, v_arg = _tensor(k_cache), _tensor(v_cache)
+    if block_table is not None:  # a page's stride is needed even for one page
+        k_arg.batch_stride, v_arg.batch_stride = k_cache.stride(0), v_cache.stride(0)
+    args = _lib.ForwardArgs(struct_size=_ARGS_SIZE, q=_tensor(q), k=k_arg, v=v_arg, o=_tensor(o), lse=lse.data_ptr(),
+                            batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
+                            seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None,
+                            num_splits=num_splits, workspace=workspace.data_ptr() if ws_bytes else None,
+                            workspace_bytes=ws_bytes, **paged)
+    kernel.launch(args, _raw_stream(q.device.index))
+    return o, lse
+
+
+@torch.library.custom_op("rtattn::attention_with_kvcache", mutates_args=(), device_types="cuda")
+def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Optional[torch.Tensor],
+                block_table: Optional[torch.Tensor], max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
+                num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
+                      softmax_scale, num_splits)
+
+
+@_kvcache_op.register_fake
+def _kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, softmax_scale, num_splits):
+    b, sq, hq, _ = q.shape
+    return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           cache_seqlens: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
+                           causal: bool = False, softmax_scale: Optional[float] = None, num_splits: int = 0,
+                           max_seqlen_k: Optional[int] = None, return_lse: bool = False):
+    """Decode: 1..16 new query tokens per sequence against each sequence's cached keys (FlashAttention's
+    flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first).
+
+    q: [batch, seqlen_q, heads_q, head_dim]. Dense cache: k_cache/v_cache [batch, capacity, heads_kv, head_dim(_v)].
+    Paged (block_table given, int32 [batch, max_pages]): k_cache/v_cache [num_pages, page_size, heads_kv, head_dim(_v)],
+    page_size a power of two up to 256 (1 works). cache_seqlens: int32 [batch] on the device, the keys each sequence
+    has (None: the whole capacity). max_seqlen_k: a host bound on those lengths (default: the capacity); it and the
+    sizes fix the split-KV count, never the device values, so a captured CUDA graph stays valid as lengths change;
+    num_splits fixes it (0: the library's choice). Causal aligns the query tokens bottom-right (speculative decoding).
+    Inference only (no backward). Returns o [batch, seqlen_q, heads_q, head_dim_v] (and LSE [batch, heads_q,
+    seqlen_q] with return_lse)."""
+    _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
+    b = q.shape[0]
+    if cache_seqlens is not None:
+        _check_int32("cache_seqlens", cache_seqlens, q, b)
+    if block_table is not None:
+        _check_int32("block_table", block_table, q, b, dims=2)
+        if block_table.stride(1) != 1 and block_table.shape[1] > 1:
+            raise ArgumentError("block_table: rows must be contiguous (stride 1 along the pages)", "block_table")
+        capacity = block_table.shape[1] * k_cache.shape[1]
+    else:
+        if k_cache.shape[0] != b:
+            raise ArgumentError(f"k_cache: batch {k_cache.shape[0]} differs from q's {b} (dense cache)", "k_cache")
+        capacity = k_cache.shape[1]
+    if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]) or k_cache.shape[3] != q.shape[3]:
+        raise ArgumentError(f"k_cache/v_cache: shapes {tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not match "
+                            f"each other or q's head_dim {q.shape[3]}", "v_cache")
+    if k_cache.shape[2] == 0 or q.shape[2] % k_cache.shape[2] != 0:
+        raise ArgumentError(f"k_cache: q's heads ({q.shape[2]}) must be a multiple of the cache's heads "
+                            f"({k_cache.shape[2]})", "k_cache")
+    if max_seqlen_k is None:
+        max_seqlen_k = capacity
+    if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or not 0 <= max_seqlen_k <= capacity:
+        raise ArgumentError(f"max_seqlen_k: {max_seqlen_k!r} is not an int in 0..{capacity} (the cache's capacity)",
+                            "max_seqlen_k")
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool):
+        raise ArgumentError(f"num_splits: {num_splits!r} is not an int", "num_splits")
+    _check_scale(causal, softmax_scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+        raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
+                                  "torch.no_grad() or with tensors that do not require grad")
+    o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k,
+                                                     causal, softmax_scale, num_splits)
+    return (o, lse) if return_lse else o
+
+
+# ---- merging attention states ----------------------------------------------------------------------------------------
+
+def _merge_run(o_a, lse_a, o_b, lse_b):
+    o = torch.empty_like(o_a, memory_format=torch.contiguous_format)
+    lse = torch.empty_like(lse_a, memory_format=torch.contiguous_format)
+    if o.numel() == 0:
+        return o, lse
+    packed = o_a.dim() == 3
+    heads, dv = o_a.shape[-2], o_a.shape[-1]
+    # Any forward kernel of this dtype, d_v and head count carries the merge entry; the plain one is used.
+    kernel = _cached("get", o_a.device, o_a.dtype, dv, dv, heads, heads, False, None)
+    view = _packed if packed else _tensor
+    args = _lib.MergeArgs(struct_size=_MERGE_ARGS_SIZE, o_a=view(o_a), o_b=view(o_b), o=view(o),
+                          lse_a=lse_a.data_ptr(), lse_b=lse_b.data_ptr(), lse=lse.data_ptr(),
+                          batch=1 if packed else o_a.shape[0], seqlen=o_a.shape[0] if packed else o_a.shape[1])
+    kernel.merge(args, _raw_stream(o_a.device.index))
+    return o, lse
+
+
+@torch.library.custom_op("rtattn::merge_states", mutates_args=(), device_types="cuda")
+def _merge_op(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
+              lse_b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _on_device(o_a, _merge_run, o_a, lse_a.contiguous(), o_b, lse_b.contiguous())
+
+
+@_merge_op.register_fake
+def _merge_fake(o_a, lse_a, o_b, lse_b):
+    return o_a.new_empty(o_a.shape), lse_a.new_empty(lse_a.shape)
+
+
+def merge_states(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor):
+    """Merges two attention states of the same query rows over different keys into the attention over both keys:
+    o = (e^lse_a o_a + e^lse_b o_b) / (e^lse_a + e^lse_b), lse = log(e^lse_a + e^lse_b). What cascade attention
+    (a shared prefix, then each request's own keys) and ring attention do between partial results.
+
+    o_a, o_b: [batch, seqlen, heads, head_dim_v] with lse [batch, heads, seqlen] (attention's layout), or packed
+    [total, heads, head_dim_v] with lse [heads, total] (attention_varlen's); float32 LSE. A row whose LSE is +inf
+    (the library's mark of a query that saw no key) or -inf has weight 0. Returns (o, lse); no backward."""
+    packed = isinstance(o_a, torch.Tensor) and o_a.dim() == 3
+    _check_inputs((("o_a", o_a), ("o_b", o_b)), 3 if packed else 4,
+                  "[total, heads, head_dim_v]" if packed else "[batch, seqlen, heads, head_dim_v]")
+    if o_b.shape != o_a.shape:
+        raise ArgumentError(f"o_b: shape {tuple(o_b.shape)} differs from o_a's {tuple(o_a.shape)}", "o_b")
+    want = (o_a.shape[-2], o_a.shape[0]) if packed else (o_a.shape[0], o_a.shape[2], o_a.shape[1])
+    for name, t in (("lse_a", lse_a), ("lse_b", lse_b)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != want:
+            raise ArgumentError(f"{name}: expected a float32 tensor of shape {want}, got "
+                                f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}", name)
+        if t.device != o_a.device:
+            raise ArgumentError(f"{name}: is on {t.device}, o_a on {o_a.device}", name)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (o_a, lse_a, o_b, lse_b)):
+        raise NotImplementedError("merge_states has no backward: call it under torch.no_grad()")
+    return torch.ops.rtattn.merge_states(o_a, lse_a, o_b, lse_b)

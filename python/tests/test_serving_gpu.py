@@ -1,0 +1,187 @@
+"""rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
+packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
+table, shuffled pages, ragged lengths, several splits), cascade attention through merge_states; torch.compile and CUDA
+graph capture of a decode step; argument errors naming the argument."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="no GPU tests here: torch is not installed")
+
+import rtattn  # noqa: E402
+from test_torch_gpu import TOL, poison_allocator, rel_err, sdpa_reference  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def packed_batch(lens_q, lens_k, hq, hkv, d, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(sum(lens_q), hq, d, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(sum(lens_k), hkv, d, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(sum(lens_k), hkv, d, device="cuda", dtype=dtype, generator=g)
+    cu = lambda lens: torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    return q, k, v, cu(lens_q), cu(lens_k)
+
+
+def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale):
+    """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence."""
+    os, lses, i, j = [], [], 0, 0
+    for lq, lk in zip(lens_q, lens_k):
+        if lq and lk:
+            o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale)
+            os.append(o[0]), lses.append(lse[0])
+        elif lq:
+            os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=torch.float64, device="cuda"))
+            lses.append(torch.full((q.shape[1], lq), math.inf, dtype=torch.float64, device="cuda"))
+        i, j = i + lq, j + lk
+    return torch.cat(os), torch.cat(lses, 1)
+
+
+@pytest.mark.parametrize("d, causal, dtype", [(128, True, torch.bfloat16), (64, False, torch.float16),
+                                              (132, True, torch.bfloat16), (80, True, torch.float16)])
+def test_varlen_forward_and_gradients(d, causal, dtype):
+    lens_q, lens_k = [37, 0, 300, 1, 129], [37, 5, 300, 64, 129]
+    q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, d, dtype, seed=d)
+    scale = 1 / math.sqrt(d)
+    poison_allocator(1 << 24)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    o, lse = rtattn.attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True)
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref_o, ref_lse = per_sequence_reference(*ref_leaves, lens_q, lens_k, causal, scale)
+    assert rel_err(o, ref_o) < TOL[dtype]
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isinf(lse), ~finite)
+    assert (lse[finite].double() - ref_lse[finite]).abs().max().item() < 1e-3
+    dout = torch.randn_like(o)
+    o.backward(dout)
+    ref_o.backward(dout.double())
+    for t, r in zip(leaves, ref_leaves):
+        assert rel_err(t.grad, r.grad) < TOL[dtype] * 1.5
+
+
+def test_varlen_under_torch_compile_and_errors():
+    q, k, v, cu_q, cu_k = packed_batch([100, 50], [100, 50], 4, 4, 64, torch.bfloat16, seed=3)
+    f = torch.compile(lambda q, k, v: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True),
+                      fullgraph=True)
+    eager = rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True)
+    assert torch.equal(f(q, k, v), eager)
+    with pytest.raises(rtattn.ArgumentError) as e:
+        rtattn.attention_varlen(q, k, v, cu_q.long(), cu_k, 100, 100)
+    assert e.value.field == "cu_seqlens_q"
+    with pytest.raises(rtattn.ArgumentError) as e:
+        rtattn.attention_varlen(q, k, v, cu_q, cu_k, 200, 100)  # above total_q: the library names it
+    assert e.value.field == "seqlen_q"
+
+
+def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
+    """A KV cache holding `lens` keys per sequence: dense [b, cap, hkv, d], or pages shuffled over a pool with a
+    block table. Slots past each length hold NaN. Returns q, caches, seqlens, table and the per-sequence K/V."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b, cap = len(lens), max(lens) + 3
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g)
+    ks = [torch.randn(n, hkv, d, device="cuda", dtype=dtype, generator=g) for n in lens]
+    vs = [torch.randn(n, hkv, d, device="cuda", dtype=dtype, generator=g) for n in lens]
+    if page_size == 0:
+        kc = torch.full((b, cap, hkv, d), math.nan, device="cuda", dtype=dtype)
+        vc = kc.clone()
+        for i, n in enumerate(lens):
+            kc[i, :n], vc[i, :n] = ks[i], vs[i]
+        table = None
+    else:
+        pages = (cap + page_size - 1) // page_size
+        order = torch.randperm(b * pages + 2, generator=torch.Generator().manual_seed(seed)).to(torch.int32)
+        table = order[:b * pages].view(b, pages).cuda()
+        kc = torch.full((b * pages + 2, page_size, hkv, d), math.nan, device="cuda", dtype=dtype)
+        vc = kc.clone()
+        for i, n in enumerate(lens):
+            for t in range(n):
+                page = table[i, t // page_size]
+                kc[page, t % page_size], vc[page, t % page_size] = ks[i][t], vs[i][t]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    return q, kc, vc, seqlens, table, ks, vs
+
+
+@pytest.mark.parametrize("page_size, causal, sq", [(0, False, 1), (16, False, 1), (1, False, 1), (16, True, 4),
+                                                   (64, True, 2)])
+def test_decode_from_a_kv_cache(page_size, causal, sq):
+    lens = [1000, 5, 333, 2048, 77]
+    q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, page_size, 32, 8, 128, torch.bfloat16, sq, seed=page_size)
+    with torch.no_grad():
+        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True)
+        o3 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=3)
+    for i, n in enumerate(lens):
+        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128))
+        assert rel_err(o[i:i + 1], ref_o) < TOL[torch.bfloat16]
+        assert rel_err(o3[i:i + 1], ref_o) < TOL[torch.bfloat16]
+        assert (lse[i:i + 1].double() - ref_lse).abs().max().item() < 1e-3
+
+
+def test_decode_step_in_a_cuda_graph_and_compiled():
+    lens = [500, 900, 30]
+    q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, 16, 16, 4, 64, torch.float16, seed=7)
+    step = lambda: rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, max_seqlen_k=900)
+    with torch.no_grad():
+        eager = step()
+        compiled = torch.compile(lambda q: rtattn.attention_with_kvcache(q, kc, vc, seqlens, table,
+                                                                         max_seqlen_k=900), fullgraph=True)
+        assert torch.equal(compiled(q), eager)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            step()  # warm: kernels loaded, workspace allocated outside the capture
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        seqlens.copy_(torch.tensor([1, 2, 3], dtype=torch.int32))  # new lengths, same graph
+        graph.replay()
+        torch.cuda.synchronize()
+    for i, n in enumerate([1, 2, 3]):
+        ref_o, _ = sdpa_reference(q[i:i + 1], ks[i][None, :n], vs[i][None, :n], False, 1 / math.sqrt(64))
+        assert rel_err(out[i:i + 1], ref_o) < TOL[torch.float16]
+
+
+def test_decode_errors_name_the_argument():
+    q, kc, vc, seqlens, table, _, _ = decode_setup([10, 20], 16, 4, 2, 64, torch.bfloat16)
+    with torch.no_grad():
+        for kwargs, field in [(dict(cache_seqlens=seqlens.long()), "cache_seqlens"),
+                              (dict(block_table=table.long()), "block_table"),
+                              (dict(block_table=table, max_seqlen_k=10 ** 6), "max_seqlen_k"),
+                              (dict(block_table=table, num_splits=200), "num_splits")]:
+            with pytest.raises(rtattn.ArgumentError) as e:
+                rtattn.attention_with_kvcache(q, kc, vc, **kwargs)
+            assert e.value.field == field, kwargs
+        q17 = torch.zeros(2, 17, 4, 64, device="cuda", dtype=torch.bfloat16)
+        with pytest.raises(rtattn.ArgumentError) as e:
+            rtattn.attention_with_kvcache(q17, kc, vc, seqlens, table)
+        assert e.value.field == "seqlen_q"
+    with pytest.raises(NotImplementedError):
+        rtattn.attention_with_kvcache(q.requires_grad_(), kc, vc, seqlens, table)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_merge_states_gives_attention_over_both_key_sets(packed):
+    g = torch.Generator(device="cuda").manual_seed(5)
+    b, sq, sk, h, d = 2, 64, 700, 8, 128
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(b, sk, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(b, sk, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    cut = 300
+    oa, la = rtattn.attention(q, k[:, :cut], v[:, :cut], return_lse=True)
+    ob, lb = rtattn.attention(q, k[:, cut:], v[:, cut:], return_lse=True)
+    lb[0, 0, 0] = math.inf  # row 0 of head 0 "saw no key" in part b: it keeps part a alone
+    if packed:  # [total, heads, d] with LSE [heads, total], attention_varlen's layout
+        flat = lambda o: o.reshape(b * sq, h, d)
+        lay = lambda l: l.permute(1, 0, 2).reshape(h, b * sq)
+        o, lse = rtattn.merge_states(flat(oa), lay(la), flat(ob), lay(lb))
+        o, lse = o.view(b, sq, h, d), lse.view(h, b, sq).permute(1, 0, 2)
+    else:
+        o, lse = rtattn.merge_states(oa, la, ob, lb)
+    ref_o, ref_lse = sdpa_reference(q, k, v, False, 1 / math.sqrt(d))
+    ref_o[0, 0, 0] = oa[0, 0, 0].double()
+    ref_lse[0, 0, 0] = la[0, 0, 0].double()
+    assert rel_err(o, ref_o) < TOL[torch.bfloat16]
+    assert (lse.double() - ref_lse).abs().max().item() < 1e-3
+    with pytest.raises(rtattn.ArgumentError) as e:
+        rtattn.merge_states(oa, la.double(), ob, lb)
+    assert e.value.field == "lse_a"
