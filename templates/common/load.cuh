@@ -17,6 +17,19 @@ __device__ constexpr int row_threads(int n) {
     return 5 * (c - n) <= 2 * c ? c : 0;
 }
 
+// load_rows' thread layout where it has one (kUsed): kCols threads to a row, each copying one column of rows r0(tid),
+// r0 + kRowStep, ... (kPerThread of them). A caller that looks something up per row (a paged cache's block table)
+// can do it ahead for exactly these rows.
+template <int kRows, int kHeadDim, int kVec, int kThreads>
+struct RowLayout {
+    static constexpr int kPerRow = kHeadDim / kVec;
+    static constexpr int kCols = row_threads(kPerRow);
+    static constexpr bool kUsed = kVec >= 2 && kCols > 0 && kThreads % kCols == 0;
+    static constexpr int kRowStep = kUsed ? kThreads / kCols : 1;
+    static constexpr int kPerThread = (kRows + kRowStep - 1) / kRowStep;
+    __device__ static int r0(int tid) { return kUsed ? tid / kCols : 0; }
+};
+
 // Copies `rows` x kHeadDim elements (row r at g + r*row_stride) into shared memory at offset(r, c) (elements).
 // Rows at or beyond `valid_rows` become zeros (cp.async zero-fill), so 0 * garbage never reaches PV.
 template <int kRows, int kHeadDim, int kVec, int kThreads, class Offset>
@@ -77,10 +90,11 @@ __device__ __forceinline__ void load_rows(u16* s, const u16* any, Row row, int v
         }
     };
     // The thread layout of load_tile above.
-    constexpr int kCols = row_threads(kPerRow);
-    if constexpr (kVec >= 2 && kCols > 0 && kThreads % kCols == 0) {
-        constexpr int kRowStep = kThreads / kCols;
-        const int r0 = tid / kCols, col = tid - r0 * kCols, c = col * kVec;
+    using L = RowLayout<kRows, kHeadDim, kVec, kThreads>;
+    constexpr int kCols = L::kCols;
+    if constexpr (L::kUsed) {
+        constexpr int kRowStep = L::kRowStep;
+        const int r0 = L::r0(tid), col = tid - r0 * kCols, c = col * kVec;
         const bool col_used = kCols == kPerRow || col < kPerRow;
 #pragma unroll
         for (int j = 0; j < (kRows + kRowStep - 1) / kRowStep; ++j)
