@@ -176,11 +176,32 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     const int n_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int kv_head = blockIdx.y, batch = blockIdx.z;
     const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
-    const int seqlen_q = seq.seqlen_q, seqlen_k = seq.seqlen_k;
     const int n0 = n_block * T::kBlockN;
+    // Varlen: the sequence's offsets and lengths wait in shared memory and are read where used; held in registers
+    // through the loop they pushed some tiles past 255 (spills at d36 on sm_80, fp16 d113-127 on sm_90). Dense: the
+    // kernel parameters, as before.
+    __shared__ int sSeq[4];  // q_begin, seqlen_q, seqlen_k, k_begin
     if constexpr (T::kVarlen) {
-        if (n0 >= seqlen_k) return;  // past this sequence's keys (the grid covers the longest)
+        if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (the grid covers the longest)
+        if (tid == 0) sSeq[0] = seq.q_begin, sSeq[1] = seq.seqlen_q, sSeq[2] = seq.seqlen_k, sSeq[3] = seq.k_begin;
+        __syncthreads();
     }
+    auto seq_int = [&](int slot, int dense_value) {
+        if constexpr (T::kVarlen) {
+            return detail::SharedInt{sSeq + slot};
+        } else {
+            return dense_value;
+        }
+    };
+    const auto seqlen_q = seq_int(1, seq.seqlen_q), seqlen_k = seq_int(2, seq.seqlen_k);
+    const auto q_begin = seq_int(0, 0), k_begin = seq_int(3, 0);
+    // Element offsets of the sequence's first row (Seq::q_offset / k_offset with the begins read as above).
+    auto q_off = [&](long long batch_stride, long long seq_stride) {
+        return T::kVarlen ? (long long)int(q_begin) * seq_stride : (long long)batch * batch_stride;
+    };
+    auto k_off = [&](long long batch_stride, long long seq_stride) {
+        return T::kVarlen ? (long long)int(k_begin) * seq_stride : (long long)batch * batch_stride;
+    };
     const int g = lane >> 2, t2 = (lane & 3) * 2;  // C fragment: rows g and g + 8, columns t2 and t2 + 1
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
@@ -201,9 +222,9 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         }
     }
 
-    const u16* gK = static_cast<const u16*>(p.k) + seq.k_offset(p.k_batch_stride, p.k_seq_stride) +
+    const u16* gK = static_cast<const u16*>(p.k) + k_off(p.k_batch_stride, p.k_seq_stride) +
                     kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
-    const u16* gV = static_cast<const u16*>(p.v) + seq.k_offset(p.v_batch_stride, p.v_seq_stride) +
+    const u16* gV = static_cast<const u16*>(p.v) + k_off(p.v_batch_stride, p.v_seq_stride) +
                     kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
     detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride, seqlen_k - n0, tid,
                                                                       at_qk);
@@ -225,9 +246,9 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     // Loads query block m_block of `head` (Q, dO, LSE and D) into stage buffer `st` (cp.async; the caller commits).
     auto load_step = [&](int head, int m_block, int st) {
         const int m0 = m_block * T::kBlockM;
-        const u16* gQ = static_cast<const u16*>(p.q) + seq.q_offset(p.q_batch_stride, p.q_seq_stride) +
+        const u16* gQ = static_cast<const u16*>(p.q) + q_off(p.q_batch_stride, p.q_seq_stride) +
                         head * p.q_head_stride + (long long)m0 * p.q_seq_stride;
-        const u16* gdO = static_cast<const u16*>(p.dout) + seq.q_offset(p.do_batch_stride, p.do_seq_stride) +
+        const u16* gdO = static_cast<const u16*>(p.dout) + q_off(p.do_batch_stride, p.do_seq_stride) +
                          head * p.do_head_stride + (long long)m0 * p.do_seq_stride;
         detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ0 + st * T::kBlockM * S::kStrideQK, gQ,
                                                                           p.q_seq_stride, seqlen_q - m0, tid, at_qk);
@@ -429,8 +450,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     }
 
     // dK (scaled) and dV for this warp's keys, to the caller's layout: rows below seqlen_k, real columns.
-    u16* dk = static_cast<u16*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
-    u16* dv = static_cast<u16*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
+    u16* dk = static_cast<u16*>(p.dk) + k_off(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
+    u16* dv = static_cast<u16*>(p.dv) + k_off(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
 #pragma unroll
     for (int mi = 0; mi < kDkvMI; ++mi)
 #pragma unroll

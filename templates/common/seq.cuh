@@ -30,6 +30,13 @@ struct Seq {
     }
 };
 
+// An int kept in shared memory and read at each use, for values a long loop needs now and then where holding them in
+// registers would spill (the varlen backward's sequence offsets and lengths).
+struct SharedInt {
+    const volatile int* at;
+    __device__ __forceinline__ operator int() const { return *at; }
+};
+
 __device__ __forceinline__ void clamped_range(const int* cu, int b, int total, int& begin, int& end) {
     end = min(max(cu[b + 1], 0), total);
     begin = min(max(cu[b], 0), end);
