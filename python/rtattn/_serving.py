@@ -16,7 +16,7 @@ import torch
 
 from . import _lib
 from ._api import ArgumentError
-from ._torch import _ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _cached, _raw_stream, _tensor
+from ._torch import _ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _cached, _check_scale, _raw_stream, _tensor
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 
@@ -54,15 +54,6 @@ def _check_int32(name: str, t, q: torch.Tensor, length: Optional[int] = None, di
         raise ArgumentError(f"{name}: is on {t.device}, q on {q.device} (the offsets are read on the device)", name)
     if length is not None and t.shape[0] != length:
         raise ArgumentError(f"{name}: has {t.shape[0]} entries; expected {length}", name)
-
-
-def _check_scale(causal, softmax_scale) -> None:
-    if not isinstance(causal, bool):
-        raise ArgumentError(f"causal: {causal!r} is not True or False", "causal")
-    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and
-                                          not isinstance(softmax_scale, bool) and
-                                          math.isfinite(softmax_scale) and softmax_scale > 0):
-        raise ArgumentError(f"softmax_scale: {softmax_scale!r} is not a finite number > 0", "softmax_scale")
 
 
 def _on_device(q: torch.Tensor, fn, *args):

@@ -52,6 +52,11 @@ def _check(q, k, v, causal, softmax_scale) -> None:
     hkv = k.shape[2]
     if hkv == 0 or hq % hkv != 0:
         raise ArgumentError(f"k: q's heads ({hq}) must be a multiple of k's heads ({hkv}) (GQA/MQA)", "k")
+    _check_scale(causal, softmax_scale)
+
+
+def _check_scale(causal, softmax_scale) -> None:
+    """causal and softmax_scale, as every op takes them."""
     if not isinstance(causal, bool):
         raise ArgumentError(f"causal: {causal!r} is not True or False", "causal")
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and
