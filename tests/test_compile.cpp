@@ -140,10 +140,11 @@ TEST_CASE("ptxas report parsing", "[compile]") {
 
 // Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path
 // Hopper runs until its own backward family exists); dtype and causal alternate with d. The varlen forward and
-// backward (the same kernels addressing through cu_seqlens) once per head dim, the arch alternating with d. In
+// backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
+// dim, the arch alternating with d. In
 // parallel. Hidden by default: ctest runs it as its own test, test_compile_sweep.
-TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, varlen and decode", "[.sweep]") {
-    enum Kind { forward, backward, decode, varlen_forward, varlen_backward };
+TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, varlen, paged and decode", "[.sweep]") {
+    enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward };
     struct Job {
         int d;
         const char* arch;
@@ -160,6 +161,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, decode});
         jobs.push_back({d, d % 2 ? "sm_80" : "sm_90a", varlen_forward});
         jobs.push_back({d, d % 2 ? "sm_90" : "sm_80", varlen_backward});
+        jobs.push_back({d, d % 2 ? "sm_90a" : "sm_80", paged_forward});
     }
     std::atomic<size_t> next{0};
     std::mutex mu;
@@ -181,6 +183,13 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
             };
             if (job.kind == forward || job.kind == varlen_forward) {
                 entries(build(job.d, job.arch, dt, causal, 0, job.kind == varlen_forward),
+                        {"rtattn_fwd_kernel", "rtattn_merge"});
+            } else if (job.kind == paged_forward) {
+                // A prefill against a paged cache, its queries packed for d % 4 in {0, 1}.
+                AttentionConfig c;
+                c.head_dim_qk = job.d, c.arch = job.arch, c.dtype = dt, c.causal = causal;
+                c.paged_kv = true, c.varlen = job.d % 4 < 2;
+                entries(rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), job.arch),
                         {"rtattn_fwd_kernel", "rtattn_merge"});
             } else if (job.kind == decode) {
                 // Paged caches for d % 4 in {0, 1}, dense for the rest: each dtype and mask meets both.

@@ -3,7 +3,8 @@
 // result); in paged cases the pages are shuffled over a pool with unused pages (NaN too), and head-major pages are
 // tried; O and LSE are poisoned before the launch and must be written everywhere, and nowhere past their guards.
 // Split counts from 1 to many, ragged batches with empty and one-token sequences, GQA/MQA, several query tokens
-// (causal: speculative decoding), and a CUDA graph captured once and replayed with new lengths.
+// (causal: speculative decoding), and a CUDA graph captured once and replayed with new lengths. Also the prefill kernel
+// against a paged cache (chunked prefill), with dense or packed queries.
 // Tagged [gpu]: skipped, visibly, without a GPU.
 #include <fmt/format.h>
 
@@ -31,8 +32,22 @@ struct DecodeCase {
     bool head_major = false;         // paged: pages as [heads_kv, page_size, d]
     int num_splits = 0;              // 0: the library's choice
     int extra_capacity = 5;          // seqlen_k = max(lens) + this (dense: the cache's rows; paged: table capacity)
+    bool prefill = false;            // the prefill kernel against a paged cache (chunked prefill): any seqlen_q
+    std::vector<int> q_lens;         // prefill: queries per sequence, packed (varlen); empty: seqlen_q each
 
     int batch() const { return int(lens.size()); }
+    int queries(int b) const { return q_lens.empty() ? seqlen_q : q_lens[b]; }
+    int q_row0(int b) const {  // the sequence's first query row: dense [batch, seqlen_q] rows are packed rows too
+        int r = 0;
+        for (int i = 0; i < b; ++i) r += queries(i);
+        return r;
+    }
+    int total_q() const { return q_row0(batch()); }
+    int max_q() const { return q_lens.empty() ? seqlen_q : std::max(1, *std::max_element(q_lens.begin(), q_lens.end())); }
+    // LSE index of (sequence b, head h, query s): [batch, heads_q, seqlen_q], or [heads_q, total_q] when packed.
+    std::size_t lse_index(int b, int h, int s) const {
+        return q_lens.empty() ? (std::size_t(b) * heads_q + h) * seqlen_q + s : std::size_t(h) * total_q() + q_row0(b) + s;
+    }
     int seqlen_k() const { return *std::max_element(lens.begin(), lens.end()) + extra_capacity; }
     AttentionConfig config() const {
         AttentionConfig c;
@@ -42,17 +57,21 @@ struct DecodeCase {
         c.causal = causal;
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
-        c.decode = true;
+        c.decode = !prefill;
         c.paged_kv = page_size > 0;
+        c.varlen = !q_lens.empty();
         if (test_arch()) c.arch = test_arch();
         return c;
     }
     std::string describe() const {
         std::string l;
         for (int x : lens) l += fmt::format("{}{}", l.empty() ? "" : ",", x);
-        return fmt::format("d{}{} {} {} h{}:{} q{} lens[{}] {} splits={}", d_qk,
+        std::string ql;
+        for (int x : q_lens) ql += fmt::format("{}{}", ql.empty() ? "" : ",", x);
+        return fmt::format("{}d{}{} {} {} h{}:{} q{} lens[{}] {} splits={}", prefill ? "prefill " : "", d_qk,
                            d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
-                           causal ? "causal" : "full", heads_q, heads_kv, seqlen_q, l,
+                           causal ? "causal" : "full", heads_q, heads_kv,
+                           q_lens.empty() ? std::to_string(seqlen_q) : "[" + ql + "]", l,
                            page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
                            num_splits);
     }
@@ -72,7 +91,7 @@ struct HostSeq {
 
 struct DecodeProblem {
     DecodeCase c;
-    std::vector<std::uint16_t> q;          // [batch, seqlen_q, heads_q, d_qk]
+    std::vector<std::uint16_t> q;          // [total_q, heads_q, d_qk] (dense: [batch, seqlen_q, ...], the same rows)
     std::vector<std::uint16_t> kc, vc;     // the cache: dense [batch, cap, hkv, d] or pages
     TensorArg k_arg, v_arg;                // strides (ptr filled on the device)
     std::vector<std::int32_t> table;       // paged: [batch, pages_per_seq]
@@ -87,7 +106,7 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     auto rnd = [&] { return test::to_bits(u(rng), c.dtype); };
     const int b_n = c.batch(), hq = c.heads_q, hkv = c.heads_kv, cap = c.seqlen_k();
-    p.q.resize(std::size_t(b_n) * c.seqlen_q * hq * c.d_qk);
+    p.q.resize(std::size_t(c.total_q()) * hq * c.d_qk);
     for (auto& x : p.q) x = rnd();
     if (c.page_size == 0) {
         p.kc.assign(std::size_t(b_n) * cap * hkv * c.d_qk, kNaN16);
@@ -133,7 +152,8 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
     return p;
 }
 
-// The float64 result: O [batch, seqlen_q, heads_q, d_v] and LSE [batch, heads_q, seqlen_q] (+inf: no key).
+// The float64 result: O [total_q, heads_q, d_v] (dense: [batch, seqlen_q, ...]) and LSE in the call's layout
+// (DecodeCase::lse_index; +inf: no key).
 struct Expected {
     std::vector<double> o, lse;
 };
@@ -141,27 +161,29 @@ struct Expected {
 Expected reference(const DecodeProblem& p) {
     const DecodeCase& c = p.c;
     Expected e;
-    e.o.assign(std::size_t(c.batch()) * c.seqlen_q * c.heads_q * c.d_v, 0.0);
-    e.lse.assign(std::size_t(c.batch()) * c.heads_q * c.seqlen_q, INFINITY);
+    e.o.assign(std::size_t(c.total_q()) * c.heads_q * c.d_v, 0.0);
+    e.lse.assign(std::size_t(c.total_q()) * c.heads_q, INFINITY);
     for (int b = 0; b < c.batch(); ++b) {
-        if (c.lens[b] == 0) continue;
+        const int nq = c.queries(b);
+        if (c.lens[b] == 0 || nq == 0) continue;
         test::ReferenceProblem r;
-        r.dtype = c.dtype, r.batch = 1, r.seqlen_q = c.seqlen_q, r.seqlen_k = c.lens[b];
+        r.dtype = c.dtype, r.batch = 1, r.seqlen_q = nq, r.seqlen_k = c.lens[b];
         r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
         r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
-        r.q = {p.q.data() + std::size_t(b) * c.seqlen_q * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
+        r.q = {p.q.data() + std::size_t(c.q_row0(b)) * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
                c.d_qk};
         r.k = {p.seqs[b].k.data(), 0, std::int64_t(c.heads_kv) * c.d_qk, c.d_qk};
         r.v = {p.seqs[b].v.data(), 0, std::int64_t(c.heads_kv) * c.d_v, c.d_v};
         const test::ReferenceResult got = test::reference_forward(r);
-        std::copy(got.o.begin(), got.o.end(), e.o.begin() + std::size_t(b) * c.seqlen_q * c.heads_q * c.d_v);
-        std::copy(got.lse.begin(), got.lse.end(), e.lse.begin() + std::size_t(b) * c.heads_q * c.seqlen_q);
+        std::copy(got.o.begin(), got.o.end(), e.o.begin() + std::size_t(c.q_row0(b)) * c.heads_q * c.d_v);
+        for (int h = 0; h < c.heads_q; ++h)
+            for (int s = 0; s < nq; ++s) e.lse[c.lse_index(b, h, s)] = got.lse[got.lse_index(0, h, s)];
     }
     return e;
 }
 
 struct DeviceDecode {
-    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws;
+    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q;
     ForwardArgs args;
 };
 
@@ -174,15 +196,25 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         return buf;
     };
     d.q = put(p.q), d.kc = put(p.kc), d.vc = put(p.vc), d.table = put(p.table), d.lens = put(p.c.lens);
-    d.o = driver::DeviceBuffer((std::size_t(c.batch()) * c.seqlen_q * c.heads_q * c.d_v + kGuard) * 2);
-    d.lse = driver::DeviceBuffer((std::size_t(c.batch()) * c.heads_q * c.seqlen_q + kGuard) * 4);
+    d.o = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q * c.d_v + kGuard) * 2);
+    d.lse = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q + kGuard) * 4);
     ForwardArgs& a = d.args;
-    a.q = ForwardArgs::contiguous(d.q.get(), c.seqlen_q, c.heads_q, c.d_qk);
     a.k = p.k_arg, a.k.ptr = d.kc.get();
     a.v = p.v_arg, a.v.ptr = d.vc.get();
-    a.o = ForwardArgs::contiguous(d.o.get(), c.seqlen_q, c.heads_q, c.d_v);
     a.lse = static_cast<float*>(d.lse.get());
-    a.batch = c.batch(), a.seqlen_q = c.seqlen_q, a.seqlen_k = c.seqlen_k();
+    a.batch = c.batch(), a.seqlen_q = c.max_q(), a.seqlen_k = c.seqlen_k();
+    if (c.q_lens.empty()) {
+        a.q = ForwardArgs::contiguous(d.q.get(), c.seqlen_q, c.heads_q, c.d_qk);
+        a.o = ForwardArgs::contiguous(d.o.get(), c.seqlen_q, c.heads_q, c.d_v);
+    } else {  // packed queries: sequence b's are rows cu[b] .. cu[b+1]
+        std::vector<std::int32_t> cu(c.batch() + 1);
+        for (int b = 0; b <= c.batch(); ++b) cu[b] = c.q_row0(b);
+        d.cu_q = put(cu);
+        a.q = ForwardArgs::packed(d.q.get(), c.heads_q, c.d_qk);
+        a.o = ForwardArgs::packed(d.o.get(), c.heads_q, c.d_v);
+        a.cu_seqlens_q = static_cast<const std::int32_t*>(d.cu_q.get());
+        a.total_q = c.total_q();
+    }
     a.seqlens_k = static_cast<const std::int32_t*>(d.lens.get());
     if (c.page_size) {
         a.block_table = static_cast<const std::int32_t*>(d.table.get());
@@ -319,6 +351,34 @@ TEST_CASE("decode: several query tokens (speculative decoding), causal or not", 
     wide.d_qk = 192, wide.d_v = 128, wide.heads_q = 16, wide.heads_kv = 1, wide.seqlen_q = 16, wide.causal = true;
     wide.lens = {40, 300};
     run_case(wide);
+}
+
+TEST_CASE("paged prefill (chunked prefill): query chunks against a paged cache, dense and packed queries",
+          "[gpu][decode][paged]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(23);
+    for (int d : {64, 100, 128, 132, 256})
+        for (int ps : {1, 16, 64, 256}) {
+            DecodeCase c;
+            c.prefill = true;
+            c.d_qk = c.d_v = d;
+            c.dtype = d == 100 ? Dtype::fp16 : Dtype::bf16;
+            c.page_size = ps;
+            c.head_major = ps == 64;
+            c.causal = ps != 256;
+            c.seqlen_q = ps == 1 ? 37 : 130;  // the chunk: the last seqlen_q of each sequence's cached keys
+            c.lens = {700, 129, 2000, 0};      // 129 < 130: the chunk's first row sees no key when causal
+            run_case(c);
+        }
+    for (bool causal : {true, false}) {
+        DecodeCase c;  // packed chunks of different lengths (varlen queries), GQA, a sequence without queries
+        c.prefill = true, c.causal = causal;
+        c.heads_q = 12, c.heads_kv = 4;
+        c.page_size = 16;
+        c.q_lens = {300, 1, 0, 64};
+        c.lens = {1000, 1, 77, 64};
+        run_case(c);
+    }
 }
 
 TEST_CASE("decode: long sequences split many ways", "[gpu][decode]") {

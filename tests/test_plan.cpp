@@ -241,6 +241,31 @@ TEST_CASE("varlen configs plan as their dense twins, forward and backward, with 
             }
 }
 
+TEST_CASE("a prefill against a paged cache plans on the mma.sync family everywhere, and has no backward", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
+        for (int d : {1, 64, 128, 132, 256})
+            for (bool varlen : {false, true}) {
+                AttentionConfig c = cfg(d, arch);
+                c.paged_kv = true;
+                c.varlen = varlen;
+                const KernelPlan p = plan(c);
+                CAPTURE(arch, d, varlen);
+                CHECK(p.family == &rtattn::kernels::fwd_mma());
+                CHECK(p.paged_kv);
+                CHECK(p.reason.find("paged") != std::string::npos);
+                CHECK(rtattn::kernels::render_plan(p).stub.find("kPaged = true") != std::string::npos);
+                CHECK(p.smem_bytes <= rtattn::arch::get(arch).smem_optin);
+            }
+    AttentionConfig c = cfg(128, "sm_90a");
+    c.paged_kv = true;
+    try {
+        rtattn::plan::plan_backward(c);
+        FAIL("a paged config got a backward plan");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "paged_kv");
+    }
+}
+
 TEST_CASE("decode configs plan from the decode table on every arch, and have no backward", "[plan]") {
     for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
         for (int d : {1, 64, 100, 128, 132, 192, 256})

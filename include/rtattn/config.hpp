@@ -26,7 +26,7 @@ struct AttentionConfig {
     std::optional<double> softmax_scale;  // > 0 and finite; default 1/sqrt(head_dim_qk)
     std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
     bool decode = false;                // 1..16 query tokens per sequence against a KV cache (split-KV decode)
-    bool paged_kv = false;              // K and V in a paged cache with a block table (needs decode)
+    bool paged_kv = false;              // K and V in a paged cache with a block table (decode, or prefill against the cache)
     bool varlen = false;                // packed sequences of different lengths (cu_seqlens), forward and backward
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }

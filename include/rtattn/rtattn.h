@@ -84,7 +84,7 @@ typedef struct rtattn_config {
     double softmax_scale;      /* > 0 and finite */
     const char* arch;          /* "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL or "" = the current device */
     int32_t decode;            /* 0 or 1: 1..16 query tokens per sequence against a KV cache (split-KV decode) */
-    int32_t paged_kv;          /* 0 or 1: K and V in a paged cache addressed through a block table (needs decode) */
+    int32_t paged_kv;          /* 0 or 1: K and V in a paged cache through a block table (decode or prefill) */
     int32_t varlen;            /* 0 or 1: packed sequences of different lengths (cu_seqlens_q/k), forward and backward */
 } rtattn_config;
 
@@ -186,8 +186,9 @@ typedef struct rtattn_forward_args {
     rtattn_tensor o;  /* [batch, seqlen_q, heads_q, d_v], written */
     float* lse;       /* optional [batch, heads_q, seqlen_q] float32: natural-log sum-exp of the scaled scores */
     int32_t batch, seqlen_q, seqlen_k;
-    /* Decode configs only (config.decode): seqlen_q = query tokens per sequence (1..16), seqlen_k = the most keys a
-     * sequence has cached (it fixes the split count, so a captured graph stays valid as lengths change). */
+    /* Decode and paged configs (config.decode or paged_kv): seqlen_q = query tokens per sequence (decode: 1..16),
+     * seqlen_k = the most keys a sequence has cached (decode: it fixes the split count, so a captured graph stays
+     * valid as lengths change). */
     const int32_t* seqlens_k;   /* device [batch]: keys cached per sequence (values above seqlen_k read as it); NULL:
                                  * seqlen_k each */
     /* Paged KV (config.paged_kv): k and v are [num_pages, page_size, heads_kv, dim]; batch_stride is the page

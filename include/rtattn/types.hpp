@@ -73,9 +73,11 @@ struct ForwardArgs {
     int seqlen_q = 0;
     int seqlen_k = 0;
 
-    // Decode configs (config.decode) only. seqlen_q is the query tokens per sequence (1..16) and seqlen_k the most
-    // keys any sequence has cached (host-known: it fixes the number of splits, so a CUDA graph captured with it stays
-    // valid while the lengths on the device change).
+    // Decode and paged configs (config.decode or config.paged_kv). seqlen_q is the query tokens per sequence (decode:
+    // 1..16; a paged prefill: any, or the longest with varlen queries) and seqlen_k the most keys any sequence has
+    // cached (host-known: it fixes decode's number of splits, so a CUDA graph captured with it stays valid while the
+    // lengths on the device change). A paged prefill (chunked prefill) writes the chunk's K/V into the cache first;
+    // its queries are the last seqlen_q of the sequence's keys (causal aligns them bottom-right).
     const std::int32_t* seqlens_k = nullptr;  // device [batch]: keys cached per sequence (<= seqlen_k; larger values
                                               // are read as seqlen_k); null: every sequence has seqlen_k
     // Paged KV (config.paged_kv): k and v are [num_pages, page_size, heads_kv, dim] caches, so their batch_stride is

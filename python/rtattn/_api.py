@@ -123,7 +123,7 @@ class AttentionConfig:
     softmax_scale: Optional[float] = None  # > 0; None: 1/sqrt(head_dim_qk)
     arch: str = ""                         # "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; "": the current device
     decode: bool = False                   # 1..16 query tokens per sequence against a KV cache (split-KV decode)
-    paged_kv: bool = False                 # K and V in a paged cache with a block table (needs decode)
+    paged_kv: bool = False                 # K and V in a paged cache with a block table (decode or prefill)
     varlen: bool = False                   # packed sequences of different lengths (cu_seqlens), forward and backward
 
     def _to_c(self) -> "_lib.Config":

@@ -19,6 +19,7 @@ from ._api import ArgumentError
 from ._torch import _ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _cached, _check_scale, _raw_stream, _tensor
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
+_DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
 
 
 def _packed(x: torch.Tensor) -> "_lib.Tensor":
@@ -213,7 +214,10 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
         return o, lse
     if max_seqlen_k == 0:
         return o.zero_(), lse.fill_(math.inf)
-    flags = ("decode", "paged_kv") if block_table is not None else ("decode",)
+    # Up to 16 query tokens: the decode kernels (split-KV); more against a paged cache (chunked prefill): the prefill
+    # kernel reading pages. A dense cache has the decode kernels only (the library names seqlen_q past 16).
+    decode = sq <= _DECODE_MAX_Q or block_table is None
+    flags = (("decode",) if decode else ()) + (("paged_kv",) if block_table is not None else ())
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
     ws_bytes = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
@@ -252,7 +256,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            causal: bool = False, softmax_scale: Optional[float] = None, num_splits: int = 0,
                            max_seqlen_k: Optional[int] = None, return_lse: bool = False):
     """Decode: 1..16 new query tokens per sequence against each sequence's cached keys (FlashAttention's
-    flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first).
+    flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first). With a
+    paged cache, more query tokens run the prefill kernel against the pages (chunked prefill: the queries are the
+    last seqlen_q of each sequence's cached keys; causal aligns them bottom-right).
 
     q: [batch, seqlen_q, heads_q, head_dim]. Dense cache: k_cache/v_cache [batch, capacity, heads_kv, head_dim(_v)].
     Paged (block_table given, int32 [batch, max_pages]): k_cache/v_cache [num_pages, page_size, heads_kv, head_dim(_v)],

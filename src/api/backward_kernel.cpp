@@ -14,7 +14,7 @@ namespace {
 void validate_backward_args(const plan::BackwardPlan& p, const AttentionConfig& c, const BackwardArgs& a) {
     check_sizes(a.batch, a.seqlen_q, a.seqlen_k);
     const int hq = c.num_heads_q, hkv = c.num_heads_kv;
-    const Rows r = check_packing(c.varlen, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
+    const Rows r = check_packing(c.varlen, false, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
                                  a.seqlen_q, a.seqlen_k,
                                  {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}, {"dout", &a.dout},
                                   {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});

@@ -62,7 +62,7 @@ void check_sizes(int batch, int seqlen_q, int seqlen_k) {
     if (seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", seqlen_k));
 }
 
-Rows check_packing(bool varlen, const Packing& s, int batch, int seqlen_q, int seqlen_k,
+Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seqlen_q, int seqlen_k,
                    std::initializer_list<std::pair<const char*, const TensorArg*>> tensors) {
     if (!varlen) {
         const std::pair<const char*, bool> set[] = {{"cu_seqlens_q", s.cu_seqlens_q != nullptr},
@@ -75,7 +75,13 @@ Rows check_packing(bool varlen, const Packing& s, int batch, int seqlen_q, int s
                                            "[batch, seq, heads, dim] batch");
         return {batch, seqlen_q, seqlen_k};
     }
+    // Paged: the keys are each sequence's cached ones (seqlens_k, the block table), not packed rows.
+    if (paged && (s.cu_seqlens_k || s.total_k))
+        throw ArgumentError(s.cu_seqlens_k ? "cu_seqlens_k" : "total_k",
+                            "is for packed K/V; a paged cache takes each sequence's keys from seqlens_k and the block "
+                            "table");
     for (const auto& [field, ptr] : {std::pair{"cu_seqlens_q", s.cu_seqlens_q}, std::pair{"cu_seqlens_k", s.cu_seqlens_k}}) {
+        if (paged && ptr == s.cu_seqlens_k) continue;
         if (!ptr) throw ArgumentError(field, "is null; a varlen call needs each sequence's offsets (device int32 [batch + 1])");
         if (reinterpret_cast<std::uintptr_t>(ptr) % 4 != 0) throw ArgumentError(field, "must be 4-byte aligned (int32)");
     }
@@ -84,6 +90,7 @@ Rows check_packing(bool varlen, const Packing& s, int batch, int seqlen_q, int s
         int total, longest;
     } sides[] = {{"total_q", "seqlen_q", s.total_q, seqlen_q}, {"total_k", "seqlen_k", s.total_k, seqlen_k}};
     for (const auto& side : sides) {
+        if (paged && side.total_name == sides[1].total_name) continue;
         if (side.total < 1)
             throw ArgumentError(side.total_name, fmt::format("{} is out of range; allowed >= 1 (the packed tensors' "
                                                              "rows)",
@@ -105,10 +112,8 @@ namespace {
 
 bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
-// A decode call: query tokens within the decode limit, the cache (dense, or paged through a block table that covers
-// seqlen_k), the split count and the workspace it needs.
-void validate_decode_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
-                          const kernels::CallSizes& z) {
+// The KV cache of a decode or paged call: dense, or paged through a block table that covers seqlen_k.
+void validate_cache_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
     if (p.paged_kv) {
         // k and v are [pages, page_size, heads_kv, d]: the page count is not known here, so one page is checked.
         check_tensor("k", a.k, p.vec_qk, false, 1, a.page_size, c.num_heads_kv, p.head_dim_qk);
@@ -135,6 +140,12 @@ void validate_decode_args(const plan::KernelPlan& p, const AttentionConfig& c, c
                                 "is for paged configs (paged_kv); this kernel reads a dense cache");
     }
     if (!aligned(a.seqlens_k, 4)) throw ArgumentError("seqlens_k", "must be 4-byte aligned (int32)");
+}
+
+// A decode call: its cache, then the split count and the workspace it needs.
+void validate_decode_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                          const kernels::CallSizes& z) {
+    validate_cache_args(p, c, a);
     if (a.num_splits < 0 || a.num_splits > geometry::kDecMaxSplits)
         throw ArgumentError("num_splits", fmt::format("{} is out of range; allowed 0 (the library chooses) or 1..{}",
                                                       a.num_splits, geometry::kDecMaxSplits));
@@ -170,12 +181,21 @@ void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, 
         throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} query "
                                                     "tokens per sequence (use a prefill config for more)",
                                                     a.seqlen_q, kDecodeMaxSeqlenQ));
-    const Rows rows = check_packing(c.varlen, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
-                                    a.seqlen_q, a.seqlen_k, {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}});
+    const Packing packing{a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k};
+    const Rows rows = c.paged_kv ? check_packing(c.varlen, true, packing, a.batch, a.seqlen_q, a.seqlen_k,
+                                                 {{"q", &a.q}, {"o", &a.o}})
+                                 : check_packing(c.varlen, false, packing, a.batch, a.seqlen_q, a.seqlen_k,
+                                                 {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}});
     check_tensor("q", a.q, p.vec_qk, false, rows.batch, rows.q, c.num_heads_q, p.head_dim_qk);
     check_tensor("o", a.o, p.vec_v, true, rows.batch, rows.q, c.num_heads_q, p.head_dim_v);
     if (a.lse && !aligned(a.lse, 4)) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
     if (c.decode) return validate_decode_args(p, c, a, z);
+    if (c.paged_kv) {  // a prefill against a paged cache: no splits, no workspace
+        validate_cache_args(p, c, a);
+        if (a.num_splits != 0)
+            throw ArgumentError("num_splits", "is for decode configs (config.decode); a prefill runs no key splits");
+        return;
+    }
     check_tensor("k", a.k, p.vec_qk, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_qk);
     check_tensor("v", a.v, p.vec_v, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_v);
     // The serving fields mean nothing to a prefill kernel: set, they would be ignored, so they are refused.

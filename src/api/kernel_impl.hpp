@@ -44,8 +44,9 @@ struct Rows {
     int batch, q, k;
 };
 // Dense configs: none of the varlen fields may be set. Varlen: offsets non-null and aligned, totals >= 1 and at
-// least the longest sequence, every tensor's batch_stride 0 (tensors: name and argument).
-Rows check_packing(bool varlen, const Packing& s, int batch, int seqlen_q, int seqlen_k,
+// least the longest sequence, every tensor's batch_stride 0 (tensors: name and argument). paged: the keys come from a
+// paged cache, so cu_seqlens_k and total_k must be unset (only the queries are packed).
+Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seqlen_q, int seqlen_k,
                    std::initializer_list<std::pair<const char*, const TensorArg*>> tensors);
 
 // Query tokens per sequence a decode call takes.

@@ -46,9 +46,6 @@ void AttentionConfig::validate() const {
     if (!arch.empty() && !is_known_arch(arch))
         throw ConfigError("arch", fmt::format("{} is not supported; allowed: {} (or empty for the current device)",
                                               util::quoted(arch), known_archs()));
-    if (paged_kv && !decode)
-        throw ConfigError("paged_kv", "needs decode: true (a paged KV cache is served by the decode kernels; the paged "
-                                      "prefill is not built yet)");
     if (varlen && decode)
         throw ConfigError("varlen", "and decode cannot both be set (decode takes a dense query batch against "
                                     "per-sequence cache lengths; varlen is the packed prefill)");

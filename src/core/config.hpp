@@ -25,8 +25,9 @@ struct AttentionConfig {
     std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
     // Serving. decode: 1..16 query tokens per sequence against cached keys of per-sequence lengths (the decode kernel
     // family: a KV group's query heads share a CTA, split-KV with a combine). paged_kv: K and V in a paged cache
-    // addressed through a block table (decode only, for now). varlen: prefill over packed sequences of different
-    // lengths ([total_tokens, heads, d] with cu_seqlens), forward and backward.
+    // addressed through a block table, for decode or a prefill against the cache (chunked prefill; forward only).
+    // varlen: prefill over packed sequences of different lengths ([total_tokens, heads, d] with cu_seqlens), forward
+    // and backward.
     bool decode = false;
     bool paged_kv = false;
     bool varlen = false;

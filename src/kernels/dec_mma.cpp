@@ -87,8 +87,7 @@ public:
         prm.seqlens_k = a.seqlens_k;
         prm.block_table = a.block_table;
         prm.block_table_stride = a.block_table_stride;
-        prm.page_shift = 0;
-        while (a.page_size > 0 && (1 << prm.page_shift) < a.page_size) ++prm.page_shift;
+        prm.page_shift = page_shift(a.page_size);
         prm.seqlen_q = a.seqlen_q, prm.seqlen_k = a.seqlen_k, prm.batch = a.batch;
         prm.heads_q = c.num_heads_q, prm.q_per_kv = f.q_per_kv;
         prm.row_blocks = row_blocks(l.plan, c, a.seqlen_q);

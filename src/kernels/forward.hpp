@@ -78,6 +78,8 @@ std::vector<render::Trait> common_traits(const plan::KernelPlan& p);
 // A stub spec with the program name, the plan comment and the common traits filled in; the family adds the rest.
 render::StubSpec forward_stub(const plan::KernelPlan& p, const char* header, const char* shape, const char* param,
                               const char* kernel_fn);
+// log2 of a page size (a power of two, validated); 0 for none.
+int page_shift(int page_size);
 // The parameter block every forward kernel starts with.
 FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a);
 // The merge entry over params.batch x heads x seqlen rows.

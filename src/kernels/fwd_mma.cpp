@@ -19,13 +19,15 @@ public:
         return geometry::fwd_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
     }
     std::string describe(const plan::KernelPlan& p) const override {
-        return p.kv_apart ? "mma.sync, K and V loaded apart" : "mma.sync";
+        return std::string(p.kv_apart ? "mma.sync, K and V loaded apart" : "mma.sync") +
+               (p.paged_kv ? ", paged KV cache" : "");
     }
     render::StubSpec stub(const plan::KernelPlan& p) const override {
         render::StubSpec s = forward_stub(p, "fwd/mma.cuh", "FwdShape", "const rtattn::FwdParams params", "flash_fwd");
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back({"bool", "kQInRegs", p.q_in_regs ? "true" : "false"});
         s.traits.push_back({"bool", "kKVApart", p.kv_apart ? "true" : "false"});
+        s.traits.push_back({"bool", "kPaged", p.paged_kv ? "true" : "false"});
         return s;
     }
     void launch(const ForwardLaunch& l) const override {

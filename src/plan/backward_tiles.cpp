@@ -99,6 +99,9 @@ std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_override) {
     if (c.decode)
         throw ConfigError("decode", "decode kernels have no backward pass (train with a prefill config: decode false)");
+    if (c.paged_kv)
+        throw ConfigError("paged_kv", "a paged KV cache is for inference: it has no backward pass (train with "
+                                      "paged_kv false)");
     BackwardPlan p;
     // Both pads to 16: each is the k of an MMA here (QK^T, dO V^T).
     const arch::Arch& ai = fill_problem(p, c, 16);

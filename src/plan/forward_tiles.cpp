@@ -101,11 +101,11 @@ bool tma_addressable(const KernelPlan& p) {
 
 }  // namespace
 
-void choose_forward_tile(KernelPlan& p, const arch::Arch& a) {
+void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only) {
     const int widest = std::max(p.pad_qk, p.pad_v);
     const TileRow* row = nullptr;
     for (const auto& r : kTiles)
-        if (r.family().runs_on(a) && widest <= r.max_pad && (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8))) {
+        if (r.family().runs_on(a) && (!mma_only || &r.family() == &fwd_mma()) && widest <= r.max_pad && (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8))) {
             row = &r;
             break;
         }

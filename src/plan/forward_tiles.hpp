@@ -8,7 +8,8 @@
 namespace rtattn::plan {
 
 // Fills the plan's family and tile fields (and reason) from the first row that serves its padded head dims on `a`.
-void choose_forward_tile(KernelPlan& p, const arch::Arch& a);
+// mma_only: only the mma.sync family's rows (a paged cache).
+void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only = false);
 // The same for decode configs, from the decode table (decode_tiles.cpp); steps down to fit the arch's shared memory.
 void choose_decode_tile(KernelPlan& p, const arch::Arch& a);
 // Replaces them with a tile given as text (PlanOptions::tile_override); errors name `field`.

@@ -50,7 +50,11 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     }
     // V pads to 8 first (the n of mma.m16n8k16 in PV); a table row may ask for 16.
     const arch::Arch& ai = fill_problem(p, c, 8);
-    choose_forward_tile(p, ai);
+    // A paged cache in prefill (chunked prefill against it) is served by the mma.sync family on every arch: the
+    // Hopper families' producers (TMA boxes, strided cp.async) do not gather rows from pages.
+    p.paged_kv = c.paged_kv;
+    choose_forward_tile(p, ai, /*mma_only=*/c.paged_kv);
+    if (c.paged_kv) p.reason += "; paged KV cache: the mma.sync family (the wgmma loads do not gather pages)";
     if (!options.tile_override.empty()) apply_tile_override(p, options.tile_override, options.tile_field);
     p.family->settle(p);
 

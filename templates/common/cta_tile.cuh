@@ -22,10 +22,10 @@ struct CtaTile {
     int k_begin;   // its first key row in packed K/V (varlen; 0 when dense): TMA coordinates count from there
 };
 
-template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN>
+template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged = false>
 __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
     const int head = blockIdx.y, kv_head = head / p.q_per_kv;
-    const Seq<kVarlen> s = seq_info<kVarlen>(p, blockIdx.z);
+    const Seq<kVarlen> s = seq_info<kVarlen, kPaged>(p, blockIdx.z);
     CtaTile t;
     // Causal: the last query blocks see the most keys; launching them first (blocks are dispatched in x order)
     // leaves the short ones to fill the final wave. Per head on purpose: longest-first across all heads evens out
@@ -33,8 +33,11 @@ __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
     t.q0 = (kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kBlockM;
     t.q = static_cast<const u16*>(p.q) + s.q_offset(p.q_batch_stride, p.q_seq_stride) + head * p.q_head_stride +
           (long long)t.q0 * p.q_seq_stride;
-    t.k = static_cast<const u16*>(p.k) + s.k_offset(p.k_batch_stride, p.k_seq_stride) + kv_head * p.k_head_stride;
-    t.v = static_cast<const u16*>(p.v) + s.k_offset(p.v_batch_stride, p.v_seq_stride) + kv_head * p.v_head_stride;
+    // Paged: k and v are the KV head's start in page 0; rows come through the block table (paged_row).
+    t.k = static_cast<const u16*>(p.k) + (kPaged ? 0 : s.k_offset(p.k_batch_stride, p.k_seq_stride)) +
+          kv_head * p.k_head_stride;
+    t.v = static_cast<const u16*>(p.v) + (kPaged ? 0 : s.k_offset(p.v_batch_stride, p.v_seq_stride)) +
+          kv_head * p.v_head_stride;
     t.seqlen_q = s.seqlen_q, t.seqlen_k = s.seqlen_k, t.k_begin = s.k_begin;
     t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, s.seqlen_q, s.seqlen_k);
     return t;

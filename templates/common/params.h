@@ -25,6 +25,13 @@ struct FwdParams {
     const int* cu_seqlens_q;
     const int* cu_seqlens_k;
     int total_q, total_k;
+    // Paged KV cache (kPaged, the mma.sync family): key j of sequence b is in page
+    // block_table[b * block_table_stride + (j >> page_shift)], slot j & (page size - 1); the K/V batch stride is the
+    // page stride. Keys per sequence: seqlens_k[b] clamped to seqlen_k (nullptr: seqlen_k), not cu_seqlens_k.
+    const int* seqlens_k;
+    const int* block_table;
+    long long block_table_stride;
+    int page_shift;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the

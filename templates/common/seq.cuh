@@ -42,16 +42,32 @@ __device__ __forceinline__ void clamped_range(const int* cu, int b, int total, i
     begin = min(max(cu[b], 0), end);
 }
 
-template <bool kVarlen, class P>
+// kPaged (a paged KV cache, forward only): the keys are the sequence's cached ones, seqlens_k[b] clamped to seqlen_k;
+// K/V rows are found through the block table (paged_row), so k_begin stays 0 and cu_seqlens_k is not read.
+template <bool kVarlen, bool kPaged = false, class P>
 __device__ __forceinline__ Seq<kVarlen> seq_info(const P& p, int batch) {
+    Seq<kVarlen> s{batch, 0, 0, p.seqlen_q, p.seqlen_k};
     if constexpr (kVarlen) {
-        int q_begin, q_end, k_begin, k_end;
-        clamped_range(p.cu_seqlens_q, batch, p.total_q, q_begin, q_end);
-        clamped_range(p.cu_seqlens_k, batch, p.total_k, k_begin, k_end);
-        return {batch, q_begin, k_begin, q_end - q_begin, k_end - k_begin};
-    } else {
-        return {batch, 0, 0, p.seqlen_q, p.seqlen_k};
+        int q_end, k_end;
+        clamped_range(p.cu_seqlens_q, batch, p.total_q, s.q_begin, q_end);
+        s.seqlen_q = q_end - s.q_begin;
+        if constexpr (!kPaged) {
+            clamped_range(p.cu_seqlens_k, batch, p.total_k, s.k_begin, k_end);
+            s.seqlen_k = k_end - s.k_begin;
+        }
     }
+    if constexpr (kPaged) {
+        if (p.seqlens_k != nullptr) s.seqlen_k = min(max(p.seqlens_k[batch], 0), p.seqlen_k);
+    }
+    return s;
+}
+
+// Key `key`'s row in a paged cache whose K (or V) head starts at `head`: its page from the sequence's block table row
+// `table`, then its slot in the page.
+__device__ __forceinline__ const unsigned short* paged_row(const unsigned short* head, const int* table, int page_shift,
+                                                           long long page_stride, long long slot_stride, int key) {
+    const int page = __ldg(table + (key >> page_shift));
+    return head + page * page_stride + (key & ((1 << page_shift) - 1)) * slot_stride;
 }
 
 }  // namespace detail

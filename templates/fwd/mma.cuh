@@ -23,7 +23,7 @@ namespace rtattn {
 // Traits (from the rendered stub) must provide:
 //   kHeadDimQK, kHeadDimV   the real head dims
 //   kPadQK, kPadV           padded to 16 and 8
-//   kBF16, kCausal, kVarlen (packed sequences: common/seq.cuh)
+//   kBF16, kCausal, kVarlen (packed sequences: common/seq.cuh), kPaged (K/V in a paged cache)
 //   kBlockM, kBlockN, kWarps, kMTiles, kStages, kQInRegs, kKVApart
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
 template <class T>
@@ -64,7 +64,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(p);
+    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN, T::kPaged>(p);
     const int q0 = cta.q0, n_blocks = cta.n_blocks;
     const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
     if constexpr (T::kVarlen) {
@@ -78,15 +78,31 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
     detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
 
+    // A paged cache (chunked prefill) finds each K/V row through the block table; else rows are strided.
+    const int* table = T::kPaged ? p.block_table + blockIdx.z * p.block_table_stride : nullptr;
     auto load_k = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
-        detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
-            sK + slot * S::kKElems, gK + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, tid, at_qk);
+        if constexpr (T::kPaged) {
+            detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
+                sK + slot * S::kKElems, gK,
+                [&](int r) { return detail::paged_row(gK, table, p.page_shift, p.k_batch_stride, p.k_seq_stride, k0 + r); },
+                seqlen_k - k0, tid, at_qk);
+        } else {
+            detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
+                sK + slot * S::kKElems, gK + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, tid, at_qk);
+        }
     };
     auto load_v = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
-        detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
-            sV + slot * S::kVElems, gV + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, tid, at_v);
+        if constexpr (T::kPaged) {
+            detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
+                sV + slot * S::kVElems, gV,
+                [&](int r) { return detail::paged_row(gV, table, p.page_shift, p.v_batch_stride, p.v_seq_stride, k0 + r); },
+                seqlen_k - k0, tid, at_v);
+        } else {
+            detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
+                sV + slot * S::kVElems, gV + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, tid, at_v);
+        }
     };
 
     // Group order: Q, then the first kStages-1 blocks' K and V, one group per block or, with kKVApart, one for K
@@ -227,7 +243,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     // Epilogue: normalize, stage the tile in shared memory, then write rows with full-width vector stores.
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
-    const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
+    const auto seq = detail::seq_info<T::kVarlen, T::kPaged>(p, blockIdx.z);  // again, not kept live through the loop
     detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ,
                                                                          warp_row0, q0, lane);
     __syncthreads();

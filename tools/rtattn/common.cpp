@@ -62,7 +62,7 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
     o.scale_opt = app->add_option("--softmax-scale", o.softmax_scale, "softmax scale (default 1/sqrt(D))")
                       ->type_name("X");
     app->add_flag("--decode", o.flags.decode, "the decode kernels: 1..16 query tokens per sequence against a KV cache");
-    app->add_flag("--paged-kv", o.flags.paged_kv, "decode from a paged KV cache (with --decode)");
+    app->add_flag("--paged-kv", o.flags.paged_kv, "K/V from a paged KV cache (decode, or prefill against the cache)");
     app->add_flag("--varlen", o.flags.varlen, "the packed variable-length prefill (cu_seqlens), forward and backward");
 }
 
