@@ -252,7 +252,7 @@ TEST_CASE("a prefill against a paged cache plans on the mma.sync family everywhe
                 CAPTURE(arch, d, varlen);
                 CHECK(p.family == &rtattn::kernels::fwd_mma());
                 CHECK(p.paged_kv);
-                CHECK(p.reason.find("paged") != std::string::npos);
+                CHECK(p.kernel().find("paged") != std::string::npos);
                 CHECK(rtattn::kernels::render_plan(p).stub.find("kPaged = true") != std::string::npos);
                 CHECK(p.smem_bytes <= rtattn::arch::get(arch).smem_optin);
             }

@@ -37,7 +37,6 @@ public:
         s.program = fmt::format("rtattn_dec_d{}x{}_{}{}{}_{}.cu", p.head_dim_qk, p.head_dim_v, p.bf16 ? "bf16" : "fp16",
                                 p.causal ? "_causal" : "", p.paged_kv ? "_paged" : "", p.arch);
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
-        s.traits.push_back({"bool", "kPaged", p.paged_kv ? "true" : "false"});
         // The third entry, after the main and merge ones.
         s.entries.push_back({kCombineEntry, "const rtattn::DecParams params",
                              "rtattn::flash_decode_combine<Traits>(params)", kCombineWarps * 32});

@@ -24,7 +24,7 @@ std::vector<render::Trait> common_traits(const plan::KernelPlan& p) {
     return {int_trait("kHeadDimQK", p.head_dim_qk), int_trait("kHeadDimV", p.head_dim_v),
             int_trait("kPadQK", p.pad_qk),          int_trait("kPadV", p.pad_v),
             bool_trait("kBF16", p.bf16),            bool_trait("kCausal", p.causal),
-            bool_trait("kVarlen", p.varlen),
+            bool_trait("kVarlen", p.varlen),        bool_trait("kPaged", p.paged_kv),
             int_trait("kBlockM", p.block_m),        int_trait("kBlockN", p.block_n),
             int_trait("kWarps", p.warps),           int_trait("kStages", p.stages),
             int_trait("kVecQK", p.vec_qk),          int_trait("kVecV", p.vec_v)};

@@ -213,7 +213,7 @@ int info(const GlobalOptions& g, const tool::ConfigFlags& flags, bool as_json) {
     if (flags.any_shape_flag() || !flags.archs.empty()) {
         const AttentionConfig config = single_config(flags);
         j["plan"] = plan_info_json(*resolve_one(g, config), *disk);
-        if (!config.decode) j["backward"] = backward_info_json(*resolve_backward_one(g, config), *disk);
+        if (!config.decode && !config.paged_kv) j["backward"] = backward_info_json(*resolve_backward_one(g, config), *disk);
     }
     if (as_json)
         fmt::print("{}\n", dump(std::move(j)));
