@@ -31,10 +31,14 @@ constexpr DecodeRow kDecodeRows[] = {
      "d<=128: 64-key tiles (16 per warp), 3 in the ring (109 KB): 2 CTAs per SM keep 4 tiles (139 KB) in flight per "
      "SM (H200, GQA 32:8: 91-93% of the copy bandwidth at B=64 x 4k and B=8 x 32k, 86% at B=1 x 128k)"},
     {128, 16, 64, 4, 2, "d<=128 on ~100 KB (sm_86, sm_89): 2 in the ring"},
+    {192, 16, 64, 4, 2,
+     "d<=192: 2 in the ring (83-109 KB), so two CTAs share an SM (H200, MHA 16 heads, B=64 x 4k: d192 99% of the copy "
+     "bandwidth vs 80% on the d<=256 row's one CTA per SM, d160 91%; 4 in the ring on one CTA did not help, so more "
+     "warps per SM, not more bytes in flight, is what the wider rows lacked). d132 (padded 144) reads 71% here: its "
+     "rows move in 8-byte vectors (d132 = 4 mod 8), against d160's 16-byte ones on the same tile"},
     {256, 16, 64, 4, 3,
      "d<=256: 64-key tiles, 3 in the ring (211 KB, one CTA per SM on sm_90; H200: 93% of the copy bandwidth at "
-     "B=64 x 4k, 91% at B=1 x 128k). d132 (padded 144) reads 2.0 TB/s here with 3 or 5 in the ring alike: its "
-     "8-byte loads on the general loop limit it, not the ring"},
+     "B=64 x 4k, 91% at B=1 x 128k)"},
     {256, 16, 64, 4, 2, "d<=256 on 164 KB (sm_80): 2 in the ring"},
     {256, 16, 32, 2, 2, "d<=256 on ~100 KB (sm_86, sm_89): 32-key tiles on 2 warps, 2 in the ring"},
 };
