@@ -381,6 +381,24 @@ TEST_CASE("paged prefill (chunked prefill): query chunks against a paged cache, 
     }
 }
 
+TEST_CASE("decode: head dims of 4 mod 8 as rotated 16-byte rows, and strides that rule the rotation out",
+          "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    // 3 KV heads: even heads' rows start 16-byte aligned, odd ones 8 bytes past (rotations 0 and 4); d_qk != d_v
+    // rotate apart; head-major pages (a token stride of d, 4 mod 8) keep the 8-byte path; splits merge rotated O.
+    for (auto [dq, dv] : {std::pair{132, 132}, {100, 132}, {36, 12}})
+        for (int ps : {0, 16, 64}) {
+            DecodeCase c;
+            c.d_qk = dq, c.d_v = dv;
+            c.heads_q = 6, c.heads_kv = 3;
+            c.lens = {1000, 7, 300};
+            c.page_size = ps;
+            c.head_major = ps == 64;
+            c.num_splits = ps == 16 ? 3 : 0;
+            run_case(c);
+        }
+}
+
 TEST_CASE("decode: long sequences split many ways", "[gpu][decode]") {
     SKIP_WITHOUT_GPU();
     DecodeCase c;

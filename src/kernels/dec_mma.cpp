@@ -92,6 +92,9 @@ public:
         prm.row_blocks = row_blocks(l.plan, c, a.seqlen_q);
         prm.num_splits = num_splits(l.plan, c, z);
         prm.scale = f.scale, prm.scale_log2 = f.scale_log2;
+        // Every row of a KV head starts alike modulo 16 bytes when its strides are whole 16-byte steps.
+        prm.rotate_k = a.k.seq_stride % 8 == 0 && a.k.batch_stride % 8 == 0;
+        prm.rotate_v = a.v.seq_stride % 8 == 0 && a.v.batch_stride % 8 == 0;
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);

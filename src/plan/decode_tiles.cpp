@@ -34,8 +34,8 @@ constexpr DecodeRow kDecodeRows[] = {
     {192, 16, 64, 4, 2,
      "d<=192: 2 in the ring (83-109 KB), so two CTAs share an SM (H200, MHA 16 heads, B=64 x 4k: d192 99% of the copy "
      "bandwidth vs 80% on the d<=256 row's one CTA per SM, d160 91%; 4 in the ring on one CTA did not help, so more "
-     "warps per SM, not more bytes in flight, is what the wider rows lacked). d132 (padded 144) reads 71% here: its "
-     "rows move in 8-byte vectors (d132 = 4 mod 8), against d160's 16-byte ones on the same tile"},
+     "warps per SM, not more bytes in flight, is what the wider rows lacked). d132 (padded 144): 71% on 8-byte vectors, "
+     "89% as rotated 16-byte rows (dec/mma.cuh)"},
     {256, 16, 64, 4, 3,
      "d<=256: 64-key tiles, 3 in the ring (211 KB, one CTA per SM on sm_90; H200: 93% of the copy bandwidth at "
      "B=64 x 4k, 91% at B=1 x 128k)"},

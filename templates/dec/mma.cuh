@@ -101,13 +101,24 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sK + T::kBlockN * S::kStrideQK, tid,
                                                                            at_v);
     }
-    detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, q_row, group_rows - row0, tid, at_qk);
+    constexpr bool kRotK = T::kHeadDimQK % 8 == 4 && T::kHeadDimQK >= 12 && T::kVecQK == 4;
+    constexpr bool kRotV = T::kHeadDimV % 8 == 4 && T::kHeadDimV >= 12 && T::kVecV == 4;
+    // Head dims of 4 mod 8 (d132): K and V rows as 16-byte vectors, rotated in shared memory (load_rows_rotated) by
+    // where this head's rows start; Q takes K's rotation (a common permutation of the columns leaves QK^T as it is)
+    // and O is rotated back on the way out. On 8-byte vectors d132 read 71% of the copy bandwidth, d160 91%.
+    const bool rotate_k = kRotK && p.rotate_k, rotate_v = kRotV && p.rotate_v;
+    const int rot_k = rotate_k && (reinterpret_cast<unsigned long long>(gK) & 8) ? 4 : 0;
+    const int rot_v = rotate_v && (reinterpret_cast<unsigned long long>(gV) & 8) ? 4 : 0;
+    auto at_q = [&](int r, int c) { return at_qk(r, c >= rot_k ? c - rot_k : c - rot_k + T::kHeadDimQK); };
+    detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, q_row, group_rows - row0, tid, at_q);
     // Paged, where K and V rows fall to the same threads: the page of each row this thread copies, read from the
     // block table a tile ahead (pages[j]: row r0 + j * kRowStep), so a tile's copies never wait on the table and K
     // and V share one lookup. Reading it right before each copy ran paged-16 caches at 0.84-0.87 of dense (H200).
     using KRows = detail::RowLayout<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>;
     using VRows = detail::RowLayout<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>;
-    constexpr bool kPagesAhead = T::kPaged && KRows::kUsed && VRows::kUsed && KRows::kCols == VRows::kCols;
+    // Rotated rows (below) are copied in another layout: their pages are looked up per row as they are copied.
+    constexpr bool kPagesAhead =
+        T::kPaged && !kRotK && !kRotV && KRows::kUsed && VRows::kUsed && KRows::kCols == VRows::kCols;
     const int r0 = KRows::r0(tid);
     int pages[kPagesAhead ? KRows::kPerThread : 1];
     auto fetch_pages = [&](int t) {
@@ -134,10 +145,19 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
                 }
             };
         };
-        detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
-            sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_qk);
-        detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
-            sK + T::kBlockN * S::kStrideQK, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_v);
+        u16* sV = sK + T::kBlockN * S::kStrideQK;
+        if (rotate_k)
+            detail::load_rows_rotated<T::kBlockN, kRotK ? T::kHeadDimQK : 12, kThreads>(
+                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, rot_k, tid, at_qk);
+        else
+            detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
+                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_qk);
+        if (rotate_v)
+            detail::load_rows_rotated<T::kBlockN, kRotV ? T::kHeadDimV : 12, kThreads>(
+                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, rot_v, tid, at_v);
+        else
+            detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
+                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_v);
     };
     // Prologue: Q rides with the first tile's group; kStages - 1 tiles in flight.
     int t_load = t_begin;
@@ -274,13 +294,14 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
             o0 += f * x.x, o1 += f * x.y;
         }
         const int packed = row0 + r, h = packed / seqlen_q;
+        const int e = c + rot_v < T::kHeadDimV ? c + rot_v : c + rot_v - T::kHeadDimV;  // the column's V element
         if (p.num_splits > 1) {
-            *reinterpret_cast<float2*>(p.part_o + ((long long)split * rows_total + out_row(packed)) * T::kPadV + c) =
+            *reinterpret_cast<float2*>(p.part_o + ((long long)split * rows_total + out_row(packed)) * T::kPadV + e) =
                 make_float2(o0, o1);
         } else {
             u16* o = static_cast<u16*>(p.o) + batch * p.o_batch_stride + (packed - h * seqlen_q) * p.o_seq_stride +
                      (kv_head * p.q_per_kv + h) * p.o_head_stride;
-            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(o, c, o0, o1);
+            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(o, e, o0, o1);
         }
     }
 }
