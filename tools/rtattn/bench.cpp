@@ -394,6 +394,8 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
         ->delimiter(',');
     cmd->add_option("--decode-q", o->decode_q, "with --decode: query tokens per sequence, 1..16 (default 1)")
         ->delimiter(',');
+    cmd->add_option("--num-splits", o->num_splits, "with --decode: key splits, 0 for the library's choice (default 0)")
+        ->delimiter(',');
     cmd->add_flag("--varlen", o->varlen,
                   "a packed batch of sequences of random lengths (cu_seqlens) against the dense kernel on the same "
                   "tokens, interleaved (with --backward: the backward)");

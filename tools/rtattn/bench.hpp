@@ -33,6 +33,7 @@ struct BenchOptions {
     std::vector<std::string> decode_shapes = {"64:4096", "8:32768", "1:131072"};  // batch:cached keys
     std::vector<int> page_sizes = {0};  // 0: a dense cache
     std::vector<int> decode_q = {1};    // query tokens per sequence
+    std::vector<int> num_splits = {0};  // key splits (0: the library's choice)
     // --varlen: a packed batch of `varlen_seqs` sequences with lengths uniform in varlen_lens (min:max), timed
     // interleaved against the dense kernel on the same total tokens (batch = sequences, seqlen = the mean length).
     bool varlen = false;

@@ -52,7 +52,7 @@ struct DecodeCase {
 };
 
 std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, DecodeShape shape, int q, int page,
-                                    bool causal, const std::string& dt) {
+                                    bool causal, const std::string& dt, int splits) {
     auto cs = std::make_unique<DecodeCase>();
     DecodeCase& c = *cs;
     c.d = d, c.shape = shape, c.q = q, c.page = page, c.causal = causal, c.dtype = dt;
@@ -107,11 +107,12 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
             a.k = ForwardArgs::contiguous(s.k.get(), S, c.Hkv, d);
             a.v = ForwardArgs::contiguous(s.v.get(), S, c.Hkv, d);
         }
-        a.workspace_bytes = c.kernel.workspace_bytes(B, q, S);
+        a.num_splits = splits;
+        a.workspace_bytes = c.kernel.workspace_bytes(B, q, S, splits);
         s.ws = driver::DeviceBuffer(std::max<std::size_t>(a.workspace_bytes, 256));
         a.workspace = s.ws.get();
     }
-    c.splits = c.kernel.num_splits(B, q, S);
+    c.splits = c.kernel.num_splits(B, q, S, splits);
     return cs;
 }
 
@@ -193,21 +194,22 @@ int run_decode_bench(const BenchOptions& o) {
             for (const auto& text : o.decode_shapes)
                 for (int q : o.decode_q)
                     for (int page : o.page_sizes)
-                        for (bool causal : o.causal) {
-                            try {
-                                auto c = prepare(rt, o, d, parse_shape(text), q, page, causal, dt);
-                                if (o.interleave) {
-                                    cases.push_back(std::move(c));
-                                    continue;
+                        for (bool causal : o.causal)
+                            for (int splits : o.num_splits) {
+                                try {
+                                    auto c = prepare(rt, o, d, parse_shape(text), q, page, causal, dt, splits);
+                                    if (o.interleave) {
+                                        cases.push_back(std::move(c));
+                                        continue;
+                                    }
+                                    for (int i = 0; i < o.warmup; ++i) timer.launch(*c, false);
+                                    for (int i = 0; i < o.reps; ++i) timer.launch(*c, true);
+                                    finish(*c);
+                                } catch (const Error& e) {
+                                    ++failures;
+                                    fmt::print(table, "{:>4} {} q={} page={}: error: {}\n", d, text, q, page, e.what());
                                 }
-                                for (int i = 0; i < o.warmup; ++i) timer.launch(*c, false);
-                                for (int i = 0; i < o.reps; ++i) timer.launch(*c, true);
-                                finish(*c);
-                            } catch (const Error& e) {
-                                ++failures;
-                                fmt::print(table, "{:>4} {} q={} page={}: error: {}\n", d, text, q, page, e.what());
                             }
-                        }
     for (int i = 0; i < o.warmup; ++i)
         for (auto& c : cases) timer.launch(*c, false);
     for (int i = 0; i < o.reps; ++i)
