@@ -87,8 +87,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     const int* table = p.block_table + batch * p.block_table_stride;
     auto kv_row = [&](const u16* base, long long page_stride, long long slot_stride, int key) {
         if constexpr (T::kPaged) {
-            const int page = __ldg(table + (key >> p.page_shift));
-            return base + page * page_stride + (key & ((1 << p.page_shift) - 1)) * slot_stride;
+            return detail::paged_row(base, table, p.page_shift, page_stride, slot_stride, key);
         } else {
             return base + batch * page_stride + key * slot_stride;
         }
