@@ -3,6 +3,7 @@
  * shared library. No GPU needed; with one, get and a refused forward run too.
  * Usage: test_capi CACHE_DIR (a fresh directory of its own). */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <rtattn/rtattn.h>
 
 #include <math.h>
@@ -10,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int failures = 0;
 static int checks = 0;
@@ -79,7 +82,7 @@ static void test_config(void) {
     CHECK(rtattn_config_validate(&c) == RTATTN_OK);
     CHECK_FAILS(rtattn_config_validate(NULL), RTATTN_ERROR_ARGUMENT, "config");
 
-    /* struct_size: too small is an uninitialized struct; larger is a newer caller, fine while the tail is zero. */
+    /* struct_size: too small is an uninitialized struct; larger is a newer caller, whose extra fields are not read. */
     c.struct_size = 8;
     CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_ARGUMENT, "config.struct_size");
     {
@@ -87,13 +90,33 @@ static void test_config(void) {
             rtattn_config c;
             unsigned char newer_fields[24];
         } big;
-        memset(&big, 0, sizeof big);
+        memset(&big, 0xff, sizeof big);
         rtattn_config_init(&big.c);
         big.c.struct_size = sizeof big;
         CHECK(rtattn_config_validate(&big.c) == RTATTN_OK);
-        big.newer_fields[5] = 1;
-        CHECK_FAILS(rtattn_config_validate(&big.c), RTATTN_ERROR_ARGUMENT, "config.struct_size");
-        CHECK(strstr(rtattn_last_error_message(), "upgrade") != NULL);
+    }
+    {
+        /* A struct_size that claims more than the caller has, at the end of a mapping: reading as far as it says
+         * faulted. Only the library's own fields are read. */
+        const long page = sysconf(_SC_PAGESIZE);
+        unsigned char* map = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(map != MAP_FAILED);
+        if (map != MAP_FAILED) {
+            CHECK(mprotect(map + page, (size_t)page, PROT_NONE) == 0);
+            rtattn_config* at_end = (rtattn_config*)(map + page - sizeof(rtattn_config));
+            rtattn_config_init(at_end);
+            at_end->arch = "sm_90a";
+            at_end->struct_size = (size_t)1 << 40;
+            CHECK(rtattn_config_validate(at_end) == RTATTN_OK);
+            rtattn_runtime_options* o = (rtattn_runtime_options*)(map + page - sizeof(rtattn_runtime_options));
+            rtattn_runtime_options_init(o);
+            o->struct_size = sizeof(rtattn_runtime_options) + 4096;
+            o->cache_dir = cache_dir;
+            rtattn_runtime* rt = NULL;
+            CHECK(rtattn_runtime_create(o, &rt) == RTATTN_OK);
+            munmap(map, (size_t)page * 2);
+            rtattn_runtime_destroy(rt);
+        }
     }
 }
 
@@ -191,11 +214,43 @@ static void test_runtime(void) {
     CHECK(rtattn_runtime_precompile(only, &c, NULL) == RTATTN_OK); /* now cached: the cache-only runtime has it */
 
     CHECK(rtattn_runtime_plan(rt, &c, &info) == RTATTN_OK && info.registers == -1 && info.padded_qk == 112);
+    {
+        /* A second call for the same config must not free the strings the first one handed out (they live as long
+         * as the runtime): the freed blocks would be the next ones malloc hands out, filled here. */
+        rtattn_kernel_info again;
+        char key[65];
+        char* reuse[8];
+        int i;
+        snprintf(key, sizeof key, "%s", info.key);
+        rtattn_kernel_info_init(&again);
+        CHECK(rtattn_runtime_plan(rt, &c, &again) == RTATTN_OK);
+        CHECK(rtattn_runtime_precompile(rt, &c, &again) == RTATTN_OK);
+        for (i = 0; i < 8; ++i) reuse[i] = malloc(65), memset(reuse[i], 'X', 64), reuse[i][64] = 0;
+        CHECK(strcmp(info.key, key) == 0 && strlen(info.reason) > 0 && strcmp(info.arch, "sm_80") == 0);
+        for (i = 0; i < 8; ++i) free(reuse[i]);
+    }
     rtattn_cache_stats_init(&stats);
     CHECK(rtattn_runtime_stats(rt, &stats) == RTATTN_OK);
     CHECK(stats.compiles == 1 && stats.disk_enabled == 1 && strncmp(stats.dir, cache_dir, strlen(cache_dir)) == 0);
     CHECK(stats.bytes_written > 0);
 
+    {
+        /* A scale is checked before the runtime's memo is asked: NaN printed as null in the memo's key and was served
+         * the entry of the same config without a scale (the default scale ran). */
+        const double bad[] = {NAN, INFINITY, 1e300, 3.5e38, 1e-46};
+        int i;
+        c.has_softmax_scale = 0;
+        CHECK(rtattn_runtime_plan(rt, &c, &info) == RTATTN_OK);
+        c.has_softmax_scale = 1;
+        for (i = 0; i < 5; ++i) {
+            c.softmax_scale = bad[i];
+            CHECK_FAILS(rtattn_runtime_plan(rt, &c, &info), RTATTN_ERROR_CONFIG, "softmax_scale");
+            CHECK_FAILS(rtattn_runtime_plan_backward(rt, &c, &info), RTATTN_ERROR_CONFIG, "softmax_scale");
+        }
+        c.softmax_scale = 0.1;
+        CHECK(rtattn_runtime_plan(rt, &c, &info) == RTATTN_OK);
+        c.has_softmax_scale = 0;
+    }
     CHECK_FAILS(rtattn_runtime_precompile(NULL, &c, &info), RTATTN_ERROR_ARGUMENT, "runtime");
     c.head_dim_qk = 0;
     CHECK_FAILS(rtattn_runtime_precompile(rt, &c, &info), RTATTN_ERROR_CONFIG, "head_dim_qk");
@@ -371,6 +426,12 @@ static void test_decode(void) {
         a.seqlen_q = 1, a.page_size = 3;
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "page_size");
         a.page_size = 16;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "num_pages");
+        /* A caller built before num_pages existed (its struct ends before it) reads it as 0: refused, not guessed. */
+        a.num_pages = 8;
+        a.struct_size = offsetof(rtattn_forward_args, num_pages);
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "num_pages");
+        a.struct_size = sizeof a;
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "block_table");
         a.block_table = fake, a.pages_per_seq = 4, a.block_table_stride = 4;  /* 64 tokens < seqlen_k 100 */
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "seqlen_k");
@@ -382,7 +443,7 @@ static void test_decode(void) {
         /* A prefill kernel refuses the decode-only fields instead of ignoring them. */
         c.decode = 0, c.paged_kv = 0;
         CHECK(rtattn_runtime_get(rt, &c, &k) == RTATTN_OK);
-        a.seqlen_q = 16, a.seqlen_k = 16, a.page_size = 0, a.pages_per_seq = 0, a.num_splits = 0;
+        a.seqlen_q = 16, a.seqlen_k = 16, a.page_size = 0, a.pages_per_seq = 0, a.num_splits = 0, a.num_pages = 0;
         a.q = a.o = rtattn_tensor_contiguous(fake, 16, 32, 128);
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "block_table");
         {

@@ -1,4 +1,4 @@
-// The attacks and slips of issue 9, run through the CLI as an attacker or a careless operator would. Each one
+// The attacks and slips of issues 9 and 21, run through the CLI as an attacker or a careless operator would. Each one
 // failed before the fix (run them against another build with RTATTN_CLI_UNDER_TEST=path/to/rtattn).
 #include <sys/stat.h>
 #include <unistd.h>
@@ -282,4 +282,74 @@ TEST_CASE("input slips: each gets a clear error naming the field, escaped and sh
         CHECK(r.err.find("RTATTN_TILE") != std::string::npos);
         CHECK(r.err.find("1215752191") == std::string::npos);
     }
+}
+
+// Issue 21: bad input never corrupts memory, hangs or crashes.
+
+TEST_CASE("prune --older-than past a century is refused, naming the flag and the range; nothing is removed",
+          "[cli][security]") {
+    const Cli cli;
+    REQUIRE(cli(std::string("precompile ") + kOne).code == 0);
+    // 150000 days of nanoseconds wrapped int64 around: the cutoff landed in the future and every entry went.
+    for (const char* age : {"150000d", "1e15", "nan"}) {
+        const Result r = cli(std::string("prune --older-than ") + age);
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--older-than") != std::string::npos);
+        CHECK((r.err.find("allowed 0..36500d") != std::string::npos || std::string(age) == "nan"));
+    }
+    CHECK(cli("prune --older-than 36500d").code == 0);
+    CHECK(cli.json_of("ls --json")["entries"].size() == 1);
+}
+
+TEST_CASE("ls and verify survive an entry whose info is nested too deep, and report it as bad", "[cli][security]") {
+    const Cli cli;
+    REQUIRE(cli(std::string("precompile ") + kOne).code == 0);
+    const Target t = target_of(cli);
+    // A config object, as ls expects, holding 200000 levels of arrays: `ls --json` copied it recursively (SIGSEGV)
+    // and verify called the entry sound.
+    const rtattn::cache::Entry deep{std::string(64, 'd'), "sm_80", "cubin",
+                                    R"({"config":{"comment":)" + std::string(200000, '[') + std::string(200000, ']') +
+                                        "}}"};
+    fs::create_directories(t.dir + "/dd");
+    write(t.dir + "/dd/" + deep.key + ".rtc", rtattn::cache::encode_entry(deep));
+    const Result text = cli("ls");
+    CHECK(text.code == 0);
+    CHECK(text.out.find("2 entries") != std::string::npos);
+    CHECK(text.out.find("BAD: bad info: nested deeper than 64 levels") != std::string::npos);
+    const json j = cli.json_of("ls --json");
+    REQUIRE(j["entries"].size() == 2);
+    int bad = 0;
+    for (const auto& e : j["entries"]) bad += e["ok"] == false && e["key"] == deep.key;
+    CHECK(bad == 1);
+    const Result verify = cli("verify");
+    CHECK(verify.code == 1);
+    CHECK(verify.out.find(deep.key + ".rtc: bad info: nested deeper than 64 levels") != std::string::npos);
+    CHECK(cli("verify --repair").code == 0);
+    CHECK(cli.json_of("ls --json")["entries"].size() == 1);
+}
+
+TEST_CASE("manifests: deep nesting, repeated keys and huge expansions are usage errors, not crashes",
+          "[cli][security]") {
+    const Cli cli;
+    const auto run = [&](const std::string& text) {
+        const std::string path = cli.write_manifest("m.json", text);
+        // Bounded memory: the 9M-config manifest took 5.8 GB before it aborted.
+        const Result r =
+            cli.raw("--cache-dir '" + cli.cache.str() + "' precompile '" + path + "'", "ulimit -v 3000000;");
+        CHECK(r.code == 2);
+        CHECK(r.err.find("m.json") != std::string::npos);
+        return r.err;
+    };
+    CHECK(run(R"({"configs": )" + std::string(200000, '[') + std::string(200000, ']') + "}")
+              .find("nested deeper than 64 levels") != std::string::npos);
+    CHECK(run(R"({"configs": [{"head_dim": 64, "arch": "sm_80", "head_dim": 128}]})")
+              .find("'head_dim' appears twice") != std::string::npos);
+    std::string dims, archs;
+    for (int d = 1; d <= 250; ++d) dims += (d > 1 ? "," : "") + std::to_string(d);
+    for (int i = 0; i < 9000; ++i) archs += (i ? "," : "") + std::string(R"("sm_80")");
+    const std::string huge = run(R"({"configs": [{"head_dim": [)" + dims +
+                                 R"(], "dtype": ["bf16", "fp16"], "causal": "both", "arch": [)" + archs + "]}]}");
+    CHECK(huge.find("configs[0]: configs: expands to 9000000 configs") != std::string::npos);
+    CHECK(huge.find("the limit is 100000 configs per manifest") != std::string::npos);
+    CHECK(cli.json_of("ls --json")["entries"].empty());
 }

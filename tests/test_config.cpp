@@ -1,9 +1,13 @@
 // AttentionConfig: every validation path names its field; JSON round-trips exactly.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "catch.hpp"
 #include "core/rtattn.hpp"
+#include "driver/driver.hpp"
+#include "kernels/forward.hpp"
+#include "plan/plan.hpp"
 
 using rtattn::AttentionConfig;
 using rtattn::ConfigError;
@@ -63,6 +67,11 @@ TEST_CASE("head counts must divide", "[config]") {
     CHECK_NOTHROW(c.validate());
     c.num_heads_kv = 1;  // MQA
     CHECK_NOTHROW(c.validate());
+    // The query heads are the grid's y (at most 65535): 65536 passed here and then failed every launch.
+    c.num_heads_q = 65536;
+    expect_field_error(c, "num_heads_q", "1..65535");
+    c.num_heads_q = 65535;
+    CHECK_NOTHROW(c.validate());
 }
 
 TEST_CASE("softmax scale and arch are checked", "[config]") {
@@ -73,6 +82,17 @@ TEST_CASE("softmax scale and arch are checked", "[config]") {
     expect_field_error(c, "softmax_scale", "> 0");
     c.softmax_scale = std::numeric_limits<double>::infinity();
     expect_field_error(c, "softmax_scale", "finite");
+    c.softmax_scale = std::numeric_limits<double>::quiet_NaN();
+    expect_field_error(c, "softmax_scale", "finite");
+    // Finite doubles that are not usable floats: infinity (or 0) in the kernel, all-NaN or uniform attention.
+    for (double bad : {1e300, 3.5e38, 1e39, 1e-46, 1e-39, -1e-3}) {
+        c.softmax_scale = bad;
+        expect_field_error(c, "softmax_scale", "normal float32");
+    }
+    for (double good : {1.2e-38, 1e-30, 0.088388, 1e30, 2.3e38}) {
+        c.softmax_scale = good;
+        CHECK_NOTHROW(c.validate());
+    }
     c.softmax_scale = 0.125;
     CHECK(c.scale() == 0.125);
     c.arch = "sm_75";
@@ -195,4 +215,58 @@ TEST_CASE("varlen: a boolean, the packed prefill (not with decode)", "[config]")
     }
     CHECK(json_error(R"({"head_dim": 64, "varlen": "yes"})").first == "varlen");
     CHECK(AttentionConfig::from_json(R"({"head_dim": 64, "varlen": true})").varlen);
+}
+
+// Issue 21: bad input never corrupts memory, hangs or crashes.
+
+TEST_CASE("JSON nested deeper than 64 levels is refused before a value is built, naming json", "[config]") {
+    const auto nested = [](int levels) {
+        return std::string(std::size_t(levels), '[') + std::string(std::size_t(levels), ']');
+    };
+    // A deep value in a field used to be printed into the error message, recursing once per level: SIGSEGV.
+    for (const std::string& text : {"{\"head_dim\":" + nested(1000000) + "}", nested(1000000),
+                                    "{\"head_dim\":64,\"x\":" + nested(64) + "}"}) {
+        const auto [field, message] = json_error(text);
+        CHECK(field == "json");
+        CHECK(message.find("nested deeper than 64 levels") != std::string::npos);
+        CHECK(message.size() < 300);
+    }
+    // 64 levels (the object and 63 arrays) are JSON like any other: the field's own check answers.
+    CHECK(json_error("{\"head_dim\":" + nested(63) + "}").first == "head_dim");
+    // Brackets inside strings are text, escaped quotes included.
+    CHECK(json_error(R"({"head_dim":64,"arch":"\")" + std::string(1000, '[') + "\"}").first == "arch");
+}
+
+TEST_CASE("a JSON key given twice is refused, naming the key", "[config]") {
+    // nlohmann keeps the last value silently: this config was read as head_dim 128.
+    const auto [field, message] = json_error(R"({"head_dim":64,"causal":true,"head_dim":128})");
+    CHECK(field == "json");
+    CHECK(message.find("'head_dim' appears twice") != std::string::npos);
+    const std::string escaped = json_error("{\"head_dim\":64,\"\\u001b\":1,\"\\u001b\":2}").second;
+    CHECK(escaped.find("'\\x1b' appears twice") != std::string::npos);
+    CHECK(AttentionConfig::from_json(R"({"head_dim":64,"causal":true})").causal);
+}
+
+TEST_CASE("RTATTN_TMA takes 0, 1, true or false; any other value is an error naming it", "[config][env]") {
+    // `false` used to be ignored silently (only "0" turned TMA off). The value is checked before anything of the
+    // call is read or the driver is asked, so no GPU is needed to see it.
+    AttentionConfig c;
+    c.head_dim_qk = 128;
+    c.arch = "sm_90a";
+    const auto p = rtattn::plan::plan(c);
+    REQUIRE(std::string(p.family->name()) == "fwd_sm90_ws");
+    REQUIRE(p.swizzle);
+    const rtattn::ForwardArgs args;
+    const rtattn::driver::Module module;
+    ::setenv("RTATTN_TMA", "yes", 1);
+    try {
+        p.family->launch({p, c, args, module, nullptr, 1});
+        FAIL("RTATTN_TMA=yes was accepted");
+    } catch (const ConfigError& e) {
+        CHECK(e.field() == "RTATTN_TMA");
+        CHECK(std::string(e.what()).find("allowed: 1, 0, true, false") != std::string::npos);
+    } catch (const std::exception& e) {
+        FAIL("RTATTN_TMA=yes gave no ConfigError but: " << e.what());
+    }
+    ::unsetenv("RTATTN_TMA");
 }

@@ -309,5 +309,14 @@ TEST_CASE("backward: bad arguments are refused, naming them", "[gpu][bwd]") {
     b = a;
     b.batch = 0;
     CHECK(field(b) == "batch");
+    // Sizes whose row arithmetic overflowed int32: refused before any kernel runs (the postprocess grid failed after
+    // the first two kernels had run).
+    b = a;
+    b.seqlen_q = (1 << 30) + 1;
+    CHECK(field(b) == "seqlen_q");
+    CHECK_THROWS_AS(bwd.workspace_bytes(1, INT32_MAX, 16), ArgumentError);
+    b = a;
+    b.dq.batch_stride = std::int64_t(1) << 61, b.batch = 2;
+    CHECK(field(b) == "dq");
     CHECK_THROWS_AS(BackwardKernel().backward(a), ArgumentError);
 }

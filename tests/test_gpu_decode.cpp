@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <climits>
 #include <functional>
+#include <tuple>
 #include <numeric>
 #include <random>
 
@@ -96,8 +98,40 @@ struct DecodeProblem {
     TensorArg k_arg, v_arg;                // strides (ptr filled on the device)
     std::vector<std::int32_t> table;       // paged: [batch, pages_per_seq]
     int pages_per_seq = 0;
+    int num_pages = 0;                     // paged: the pool's pages
     std::vector<HostSeq> seqs;
 };
+
+// Paged: the pages on the device are preceded and followed by this many pages of NaN, so a read outside the pool
+// poisons the result (or, with a bad block table, shows that the kernels stayed inside it).
+constexpr int kGuardPages = 4;
+
+// Where token j of sequence b, head h, starts in the cache. A block-table entry outside the pool reads its last page
+// (the kernels' contract for a bad table; a no-op for the tables make_problem writes).
+std::int64_t cache_slot(const DecodeProblem& p, const TensorArg& t, int b, int j, int h) {
+    if (p.c.page_size == 0) return b * t.batch_stride + j * t.seq_stride + h * t.head_stride;
+    const std::int32_t entry = p.table[std::size_t(b) * p.pages_per_seq + j / p.c.page_size];
+    const std::int64_t page = std::uint32_t(entry) < std::uint32_t(p.num_pages) ? entry : p.num_pages - 1;
+    return page * t.batch_stride + (j % p.c.page_size) * t.seq_stride + h * t.head_stride;
+}
+
+// Each sequence's keys as the reference reads them, from the cache through the block table.
+void read_back_seqs(DecodeProblem& p) {
+    const DecodeCase& c = p.c;
+    p.seqs.resize(c.batch());
+    for (int b = 0; b < c.batch(); ++b) {
+        HostSeq& s = p.seqs[b];
+        s.k.resize(std::size_t(c.lens[b]) * c.heads_kv * c.d_qk);
+        s.v.resize(std::size_t(c.lens[b]) * c.heads_kv * c.d_v);
+        for (int j = 0; j < c.lens[b]; ++j)
+            for (int h = 0; h < c.heads_kv; ++h) {
+                std::copy_n(p.kc.begin() + cache_slot(p, p.k_arg, b, j, h), c.d_qk,
+                            s.k.begin() + (std::size_t(j) * c.heads_kv + h) * c.d_qk);
+                std::copy_n(p.vc.begin() + cache_slot(p, p.v_arg, b, j, h), c.d_v,
+                            s.v.begin() + (std::size_t(j) * c.heads_kv + h) * c.d_v);
+            }
+    }
+}
 
 // Writes sequence b's keys into the cache and keeps a contiguous copy for the reference.
 DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
@@ -116,7 +150,7 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
     } else {
         const int ps = c.page_size;
         p.pages_per_seq = (cap + ps - 1) / ps;
-        const int pool = b_n * p.pages_per_seq + 3;  // unused pages stay NaN
+        const int pool = p.num_pages = b_n * p.pages_per_seq + 3;  // unused pages stay NaN
         std::vector<int> order(pool);
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), rng);
@@ -131,24 +165,13 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
         };
         p.k_arg = paged(c.d_qk), p.v_arg = paged(c.d_v);
     }
-    auto slot = [&](const TensorArg& t, int b, int j, int h) -> std::int64_t {
-        if (c.page_size == 0) return b * t.batch_stride + j * t.seq_stride + h * t.head_stride;
-        const int page = p.table[std::size_t(b) * p.pages_per_seq + j / c.page_size];
-        return page * t.batch_stride + (j % c.page_size) * t.seq_stride + h * t.head_stride;
-    };
-    p.seqs.resize(b_n);
-    for (int b = 0; b < b_n; ++b) {
-        HostSeq& s = p.seqs[b];
-        s.k.resize(std::size_t(c.lens[b]) * hkv * c.d_qk);
-        s.v.resize(std::size_t(c.lens[b]) * hkv * c.d_v);
+    for (int b = 0; b < b_n; ++b)
         for (int j = 0; j < c.lens[b]; ++j)
             for (int h = 0; h < hkv; ++h) {
-                for (int d = 0; d < c.d_qk; ++d)
-                    s.k[(std::size_t(j) * hkv + h) * c.d_qk + d] = p.kc[slot(p.k_arg, b, j, h) + d] = rnd();
-                for (int d = 0; d < c.d_v; ++d)
-                    s.v[(std::size_t(j) * hkv + h) * c.d_v + d] = p.vc[slot(p.v_arg, b, j, h) + d] = rnd();
+                for (int d = 0; d < c.d_qk; ++d) p.kc[cache_slot(p, p.k_arg, b, j, h) + d] = rnd();
+                for (int d = 0; d < c.d_v; ++d) p.vc[cache_slot(p, p.v_arg, b, j, h) + d] = rnd();
             }
-    }
+    read_back_seqs(p);
     return p;
 }
 
@@ -187,6 +210,22 @@ struct DeviceDecode {
     ForwardArgs args;
 };
 
+// Elements of NaN before a paged cache's pool (none for a dense cache).
+std::size_t guard_elems(const DecodeProblem& p, const TensorArg& t) {
+    return p.c.page_size ? std::size_t(kGuardPages) * t.batch_stride : 0;
+}
+
+// The cache on the device: paged pools between NaN guard pages.
+void upload_cache(DeviceDecode& d, const DecodeProblem& p) {
+    for (auto [buf, host, t] : {std::tuple{&d.kc, &p.kc, &p.k_arg}, std::tuple{&d.vc, &p.vc, &p.v_arg}}) {
+        const std::size_t g = guard_elems(p, *t);
+        std::vector<std::uint16_t> all(host->size() + 2 * g, kNaN16);
+        std::copy(host->begin(), host->end(), all.begin() + g);
+        if (buf->bytes() != all.size() * 2) *buf = driver::DeviceBuffer(all.size() * 2);
+        buf->upload(all.data(), all.size() * 2);
+    }
+}
+
 DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
     const DecodeCase& c = p.c;
     DeviceDecode d;
@@ -195,12 +234,13 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         if (!host.empty()) buf.upload(host.data(), host.size() * sizeof(host[0]));
         return buf;
     };
-    d.q = put(p.q), d.kc = put(p.kc), d.vc = put(p.vc), d.table = put(p.table), d.lens = put(p.c.lens);
+    d.q = put(p.q), d.table = put(p.table), d.lens = put(p.c.lens);
+    upload_cache(d, p);
     d.o = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q * c.d_v + kGuard) * 2);
     d.lse = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q + kGuard) * 4);
     ForwardArgs& a = d.args;
-    a.k = p.k_arg, a.k.ptr = d.kc.get();
-    a.v = p.v_arg, a.v.ptr = d.vc.get();
+    a.k = p.k_arg, a.k.ptr = static_cast<const std::uint16_t*>(d.kc.get()) + guard_elems(p, p.k_arg);
+    a.v = p.v_arg, a.v.ptr = static_cast<const std::uint16_t*>(d.vc.get()) + guard_elems(p, p.v_arg);
     a.lse = static_cast<float*>(d.lse.get());
     a.batch = c.batch(), a.seqlen_q = c.max_q(), a.seqlen_k = c.seqlen_k();
     if (c.q_lens.empty()) {
@@ -220,6 +260,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         a.block_table = static_cast<const std::int32_t*>(d.table.get());
         a.block_table_stride = a.pages_per_seq = p.pages_per_seq;
         a.page_size = c.page_size;
+        a.num_pages = p.num_pages;
     }
     a.num_splits = c.num_splits;
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
@@ -272,9 +313,9 @@ void poison(DeviceDecode& d) {
     d.ws.fill_u32(0x7fc00000u);  // partial results must be written before the combine reads them
 }
 
-void run_case(const DecodeCase& c) {
-    std::mt19937 rng(c.seed());
-    const DecodeProblem p = make_problem(c, rng);
+// One problem's run, judged against the float64 reference.
+void run_problem(const DecodeProblem& p) {
+    const DecodeCase& c = p.c;
     const Kernel kernel = runtime().get(c.config());
     DeviceDecode d = upload(p, kernel);
     poison(d);
@@ -286,6 +327,11 @@ void run_case(const DecodeCase& c) {
                       << " splits)");
     CHECK(why.empty());
     if (!why.empty()) FAIL_CHECK(why);
+}
+
+void run_case(const DecodeCase& c) {
+    std::mt19937 rng(c.seed());
+    run_problem(make_problem(c, rng));
 }
 
 std::vector<int> ragged(std::mt19937& rng, int n, int max_len) {
@@ -444,8 +490,7 @@ TEST_CASE("decode: a CUDA graph captured once replays with new lengths", "[gpu][
         REQUIRE(q.kc.size() == p.kc.size());
         REQUIRE(now.seqlen_k() <= c.seqlen_k());
         d.q.upload(q.q.data(), q.q.size() * 2);
-        d.kc.upload(q.kc.data(), q.kc.size() * 2);
-        d.vc.upload(q.vc.data(), q.vc.size() * 2);
+        upload_cache(d, q);
         d.table.upload(q.table.data(), q.table.size() * 4);
         d.lens.upload(lens.data(), lens.size() * 4);
         poison(d);
@@ -458,4 +503,78 @@ TEST_CASE("decode: a CUDA graph captured once replays with new lengths", "[gpu][
     }
     api.cuGraphExecDestroy(exec);
     api.cuGraphDestroy(g);
+}
+
+TEST_CASE("paged: block-table entries outside the pool read its last page, never memory outside the cache",
+          "[gpu][decode][paged]") {
+    SKIP_WITHOUT_GPU();
+    // Entries of num_pages, -1, 2^30 and INT_MIN (2^30 faulted the context before the kernels knew the pool's size).
+    // Every pool slot holds finite values here and the guard pages around the pool NaN: a read outside it would
+    // poison the row, and the rows must match the reference that reads the last page for each bad entry.
+    for (bool prefill : {false, true})
+        for (int ps : {1, 16}) {
+            DecodeCase c;
+            c.prefill = prefill, c.causal = prefill, c.seqlen_q = prefill ? 40 : 1;
+            c.page_size = ps;
+            c.lens = {300, 200, 100, 50, 260};
+            std::mt19937 rng(c.seed());
+            DecodeProblem p = make_problem(c, rng);
+            std::uniform_real_distribution<float> u(-1.f, 1.f);
+            for (auto* cache : {&p.kc, &p.vc})
+                for (auto& x : *cache)
+                    if (x == kNaN16) x = test::to_bits(u(rng), c.dtype);
+            const std::int32_t bad[] = {p.num_pages, -1, 1 << 30, INT_MIN};
+            for (int b = 0; b < 4; ++b) p.table[std::size_t(b) * p.pages_per_seq + b % 2] = bad[b];
+            read_back_seqs(p);
+            run_problem(p);
+        }
+}
+
+TEST_CASE("decode: num_pages is required, and the sizes queries refuse what forward refuses", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    DecodeCase c;
+    c.lens = {100, 20};
+    c.page_size = 16;
+    std::mt19937 rng(c.seed());
+    const DecodeProblem p = make_problem(c, rng);
+    const Kernel kernel = runtime().get(c.config());
+    DeviceDecode d = upload(p, kernel);
+    auto refused = [](const char* field, auto&& call) {
+        try {
+            call();
+            FAIL("accepted a bad " << field);
+        } catch (const ArgumentError& e) {
+            CHECK(e.field() == field);
+        }
+    };
+    ForwardArgs a = d.args;
+    a.num_pages = 0;
+    refused("num_pages", [&] { kernel.forward(a); });
+    // Split counts: forward, workspace_bytes and num_splits agree (a count past the limit wrapped a size before).
+    for (int splits : {-1, 129, 1 << 30}) {
+        a = d.args;
+        a.num_splits = splits;
+        refused("num_splits", [&] { kernel.forward(a); });
+        refused("num_splits", [&] { (void)kernel.workspace_bytes(2, 1, c.seqlen_k(), splits); });
+        refused("num_splits", [&] { (void)kernel.num_splits(2, 1, c.seqlen_k(), splits); });
+    }
+    refused("seqlen_q", [&] { (void)kernel.workspace_bytes(2, 17, c.seqlen_k(), 0); });
+    refused("seqlen_k", [&] { (void)kernel.workspace_bytes(2, 1, (1 << 30) + 1, 0); });
+    // A paged prefill takes num_splits 1 as "no split", as FlashAttention's callers pass it.
+    DecodeCase pc = c;
+    pc.prefill = true, pc.seqlen_q = 20;
+    std::mt19937 rng2(pc.seed());
+    const DecodeProblem pp = make_problem(pc, rng2);
+    const Kernel prefill = runtime().get(pc.config());
+    DeviceDecode pd = upload(pp, prefill);
+    pd.args.num_splits = 1;
+    poison(pd);
+    sync_legacy_stream();
+    prefill.forward(pd.args);
+    sync_legacy_stream();
+    CHECK(judge(pp, pd, reference(pp)).empty());
+    pd.args.num_splits = 2;
+    refused("num_splits", [&] { prefill.forward(pd.args); });
+    CHECK(prefill.workspace_bytes(2, 20, pc.seqlen_k(), 1) == 0);
+    refused("num_splits", [&] { (void)prefill.workspace_bytes(2, 20, pc.seqlen_k(), 2); });
 }

@@ -375,6 +375,68 @@ TEST_CASE("varlen: bad arguments are refused with the field named", "[gpu][varle
     }
 }
 
+TEST_CASE("varlen: max_seqlen below a real sequence's length cuts it inside the buffers, no hang", "[gpu][varlen]") {
+    SKIP_WITHOUT_GPU();
+    // The workspace is sized by batch and max_seqlen: a longer sequence wrote ~91 KB past it, and the deterministic
+    // backward waited on key blocks the grid did not have. Now each sequence is cut to max_seqlen rows and keys: the
+    // workspace's guard, the gradients' padding and guards stay as they were, and repeated deterministic runs agree.
+    VarlenCase c;
+    c.causal = true;
+    c.lens_q = c.lens_k = {300, 40, 700};
+    const int max_seqlen = 64, tq = 1040;
+    const AttentionConfig cfg = c.config();
+    const Kernel fwd = runtime().get(cfg);
+    const BackwardKernel bwd = runtime().get_backward(cfg);
+    Offsets off = offsets(c);
+    std::mt19937 rng(c.seed());
+    Packed q(tq, 4, 128, 8), k(tq, 2, 128, 8), v(tq, 2, 128, 8), o(tq, 4, 128, 8), dout(tq, 4, 128, 8);
+    Packed dq(tq, 4, 128, 8), dk(tq, 2, 128, 8), dv(tq, 2, 128, 8);
+    q.random(rng, c.dtype), k.random(rng, c.dtype), v.random(rng, c.dtype), dout.random(rng, c.dtype), o.poison();
+    driver::DeviceBuffer lse((std::size_t(4) * tq + kGuard) * 4);
+    lse.fill_u32(test::kPoison32);
+    ForwardArgs a;
+    a.q = q.arg(), a.k = k.arg(), a.v = v.arg(), a.o = o.arg(), a.lse = static_cast<float*>(lse.get());
+    a.batch = 3, a.seqlen_q = a.seqlen_k = max_seqlen;
+    a.cu_seqlens_q = static_cast<const std::int32_t*>(off.dq.get());
+    a.cu_seqlens_k = static_cast<const std::int32_t*>(off.dk.get());
+    a.total_q = a.total_k = tq;
+    sync_legacy_stream();
+    fwd.forward(a);
+    sync_legacy_stream();
+    o.download();
+    Tally to;
+    to.padding(o);
+    CHECK(to.stray == 0);
+
+    const std::size_t need = bwd.workspace_bytes(3, max_seqlen, max_seqlen), guard = 256 * 1024;
+    driver::DeviceBuffer ws(need + guard);
+    BackwardArgs b;
+    b.q = a.q, b.k = a.k, b.v = a.v, b.o = a.o, b.lse = a.lse, b.dout = dout.arg();
+    b.dq = dq.arg(), b.dk = dk.arg(), b.dv = dv.arg();
+    b.batch = 3, b.seqlen_q = b.seqlen_k = max_seqlen;
+    b.workspace = ws.get(), b.workspace_bytes = need;
+    b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = b.total_k = tq;
+    std::vector<std::vector<std::uint16_t>> first;
+    for (bool deterministic : {false, true, true}) {
+        INFO((deterministic ? "deterministic" : "atomic dQ"));
+        b.deterministic = deterministic;
+        for (Packed* g : {&dq, &dk, &dv}) g->poison();
+        ws.fill_u16(0x5a5a);
+        sync_legacy_stream();
+        bwd.backward(b);
+        sync_legacy_stream();
+        std::vector<std::uint8_t> tail(guard);
+        ws.download(tail.data(), guard, need);
+        CHECK(std::count(tail.begin(), tail.end(), std::uint8_t(0x5a)) == std::ptrdiff_t(guard));
+        Tally t;
+        for (Packed* g : {&dq, &dk, &dv}) g->download(), t.padding(*g);
+        CHECK(t.stray == 0);
+        const std::vector<std::vector<std::uint16_t>> got{dq.host, dk.host, dv.host};
+        if (deterministic && !first.empty()) CHECK(got == first);
+        if (deterministic) first = got;
+    }
+}
+
 // Cascade attention through the merge: every sequence's queries attend to a shared prefix (one dense call over all
 // packed queries: batch 1, seqlen total_q) and to their own keys (a varlen call; some sequences have none, so their
 // state is empty, LSE +inf); merging the two states must give attention over prefix + own keys (float64 reference).
@@ -509,4 +571,12 @@ TEST_CASE("merge: bad arguments are refused with the field named", "[gpu][merge]
     refused("seqlen", [](MergeArgs& m) { m.seqlen = 0; });
     refused("o.seq_stride", [](MergeArgs& m) { m.o.seq_stride = 3; });
     refused("o", [](MergeArgs& m) { m.o.seq_stride = 0; });  // rows overlap
+    // A product past int64 (strides >= 2^61): it wrapped and passed the overlap check.
+    refused("o", [](MergeArgs& m) { m.o.batch_stride = std::int64_t(1) << 61, m.batch = 4; });
+    refused("o_a", [](MergeArgs& m) { m.o_a.seq_stride = std::int64_t(1) << 62; });
+    // Rows past what the grid's x holds (batch x heads x seqlen near 2^34): the grid was truncated.
+    refused("seqlen", [](MergeArgs& m) {
+        m.batch = 60000, m.seqlen = 1 << 20;
+        m.o_a.seq_stride = m.o_b.seq_stride = m.o.seq_stride = 0, m.o_a.batch_stride = m.o_b.batch_stride = 0;
+    });
 }

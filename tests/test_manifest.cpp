@@ -171,9 +171,9 @@ TEST_CASE("a 64k-config manifest is read in linear time", "[manifest]") {
     {
         std::ofstream out(path);
         out << R"({"name": "big", "configs": [)";
-        for (int h = 1; h <= 65536; ++h)
-            out << (h > 1 ? "," : "") << R"({"head_dim": 64, "num_heads_q": )" << h
-                << R"(, "num_heads_kv": 1, "arch": "sm_80"})";
+        for (int i = 0; i < 65536; ++i)  // 65535 head counts (the most a config has), then one head dim more
+            out << (i > 0 ? "," : "") << R"({"head_dim": )" << (i < 65535 ? 64 : 80) << R"(, "num_heads_q": )"
+                << (i < 65535 ? i + 1 : 1) << R"(, "num_heads_kv": 1, "arch": "sm_80"})";
         out << "]}";
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -181,4 +181,85 @@ TEST_CASE("a 64k-config manifest is read in linear time", "[manifest]") {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(m.configs.size() == 65536);
     CHECK(seconds < 30);
+}
+
+// Issue 21: bad input never corrupts memory, hangs or crashes.
+
+namespace {
+
+// The ConfigError load_manifest throws for `text`, as field and message ("<no error>" for both when none).
+std::pair<std::string, std::string> manifest_error(const TempDir& dir, const std::string& text) {
+    const std::string path = (dir.path() / "m.json").string();
+    std::ofstream(path) << text;
+    try {
+        rtattn::tool::load_manifest(path);
+    } catch (const rtattn::ConfigError& e) {
+        return {e.field(), e.what()};
+    }
+    return {"<no error>", "<no error>"};
+}
+
+std::string list_of(int n, const std::string& item) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + item;
+    return s + "]";
+}
+
+}  // namespace
+
+TEST_CASE("a manifest that expands past 100000 configs is refused before they are built", "[manifest]") {
+    const TempDir dir("rtattn-manifest");
+    // 80 KB of lists standing for 9M configs: they used to be built (5.8 GB) before the process aborted.
+    std::string head_dims = "[";
+    for (int d = 1; d <= 250; ++d) head_dims += (d > 1 ? "," : "") + std::to_string(d);
+    head_dims += "]";
+    const auto [field, message] = manifest_error(
+        dir, R"({"configs": [{"head_dim": 64, "arch": "sm_80"}, {"model": "huge", "head_dim": )" + head_dims +
+                 R"(, "dtype": ["bf16", "fp16"], "causal": "both", "arch": )" + list_of(9000, R"("sm_80")") + "}]}");
+    CHECK(field == "configs");
+    CHECK(message.find("m.json: configs[1] (huge)") != std::string::npos);
+    CHECK(message.find("expands to 9000000 configs") != std::string::npos);
+    CHECK(message.find("head_dim 250 x dtype 2 x causal 2 x arch 9000") != std::string::npos);
+    CHECK(message.find("the limit is 100000 configs per manifest") != std::string::npos);
+
+    // The product cannot wrap around to a small number: 2^64 reads as more than the limit, not as 0 or 1.
+    const std::string sixteen = list_of(16, R"("sm_80")"), many = list_of(65536, "64");
+    const auto wrapped = manifest_error(
+        dir, R"({"configs": [{"head_dim": )" + many + R"(, "head_dim_qk": )" + many + R"(, "head_dim_v": )" + many +
+                 R"(, "dtype": )" + many + R"(, "arch": )" + sixteen + "}]}");
+    CHECK(wrapped.first == "configs");
+    CHECK(wrapped.second.find("more than 18446744073709551615 configs") != std::string::npos);
+
+    // The limit is per manifest: entries under it each still add up.
+    const std::string sixty_thousand = list_of(60000, R"("sm_80")");
+    const auto summed = manifest_error(dir, R"({"configs": [{"head_dim": 64, "arch": )" + sixty_thousand +
+                                                R"(}, {"head_dim": 128, "arch": )" + sixty_thousand + "}]}");
+    CHECK(summed.first == "configs");
+    CHECK(summed.second.find("configs[1]") != std::string::npos);
+    CHECK(summed.second.find("takes the manifest to 120000") != std::string::npos);
+    CHECK(rtattn::tool::kMaxManifestConfigs == 100000);  // the README states it
+}
+
+TEST_CASE("a deeply nested manifest or a repeated key is refused, naming the file", "[manifest]") {
+    const TempDir dir("rtattn-manifest");
+    const std::string nested = std::string(200000, '[') + std::string(200000, ']');
+    const auto deep = manifest_error(dir, R"({"configs": [{"head_dim": 64, "comment": )" + nested + "}]}");
+    CHECK(deep.first == "manifest");
+    CHECK(deep.second.find("m.json") != std::string::npos);
+    CHECK(deep.second.find("nested deeper than 64 levels") != std::string::npos);
+    // A second "arch" used to replace the first silently.
+    const auto twice = manifest_error(dir, R"({"configs": [{"head_dim": 64, "arch": "sm_80", "arch": "sm_90a"}]})");
+    CHECK(twice.first == "manifest");
+    CHECK(twice.second.find("'arch' appears twice") != std::string::npos);
+    // Keys may repeat across objects.
+    CHECK(manifest_error(dir, R"({"configs": [{"head_dim": 64, "arch": "sm_80"}, {"head_dim": 64, "arch": "sm_90a"}]})")
+              .first == "<no error>");
+}
+
+TEST_CASE("manifest keys are echoed escaped", "[manifest]") {
+    const TempDir dir("rtattn-manifest");
+    const auto [field, message] = manifest_error(dir, "{\"configs\": [], \"na\\u001b[2Jme\": 1}");
+    CHECK(field == "na\\x1b[2Jme");
+    CHECK(message.find("na\\x1b[2Jme: unknown top-level field") != std::string::npos);
+    for (const char ch : message) CHECK((ch >= 0x20 && ch < 0x7f));
 }

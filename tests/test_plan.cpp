@@ -1,4 +1,5 @@
 // The tile table: padding to the MMA shape, shared-memory budgets, and one answer for "supported?".
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "kernels/forward.hpp"
 #include "plan/backward.hpp"
 #include "plan/plan.hpp"
+#include "api/resolver.hpp"
 #include "core/errors.hpp"
 
 using rtattn::AttentionConfig;
@@ -294,4 +296,31 @@ TEST_CASE("decode configs plan from the decode table on every arch, and have no 
     }
     // A prefill tile override does not reach the decode table, and the plan says so.
     CHECK(plan(c, "128,64,4,2,2,0").reason.find("not applied") != std::string::npos);
+}
+
+TEST_CASE("backward workspace sizes that would wrap 64 bits are refused", "[plan][bwd]") {
+    rtattn::AttentionConfig c;
+    c.head_dim_qk = 256, c.arch = "sm_90";
+    const auto p = rtattn::plan::plan_backward(c);
+    CHECK(p.workspace(64, 64, 1 << 20).bytes > (std::size_t(1) << 42));  // large, still a size
+    // 65535 x 65535 x 2^30 rows of 1 KB each wrapped size_t and looked small; anything past 2^60 bytes is refused.
+    CHECK_THROWS_AS(p.workspace(65535, 65535, 1 << 30), rtattn::ArgumentError);
+    CHECK_THROWS_AS(p.workspace(65535, 65535, 1 << 20), rtattn::ArgumentError);
+}
+
+TEST_CASE("the resolver's memo is bounded, and a bad scale never reaches it", "[plan][resolver]") {
+    rtattn::Resolver r{rtattn::plan::PlanOptions{}};
+    rtattn::AttentionConfig c;
+    c.head_dim_qk = 64, c.arch = "sm_80";
+    // Each scale is a distinct config of one kernel: ~6.5 KB each, kept forever before.
+    for (int i = 0; i < 10000; ++i) {
+        c.softmax_scale = 0.01 + i * 1e-6;
+        CHECK(r.resolve(c)->config.softmax_scale == c.softmax_scale);
+    }
+    CHECK(r.memo_entries() <= 2 * 4096);
+    c.softmax_scale.reset();
+    (void)r.resolve(c);
+    c.softmax_scale = std::nan("");
+    CHECK_THROWS_AS(r.resolve(c), rtattn::ConfigError);
+    CHECK_THROWS_AS(r.resolve_backward(c), rtattn::ConfigError);
 }

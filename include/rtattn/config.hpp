@@ -16,14 +16,15 @@ inline const char* to_string(Dtype d) noexcept { return d == Dtype::bf16 ? "bf16
 
 struct AttentionConfig {
     static constexpr int kMaxHeadDim = 256;
+    static constexpr int kMaxHeads = 65535;  // the query heads are a grid dimension (y: at most 65535)
 
     int head_dim_qk = 128;              // 1..256
     std::optional<int> head_dim_v;      // 1..256, defaults to head_dim_qk
     Dtype dtype = Dtype::bf16;
     bool causal = false;                // bottom-right aligned when seqlen_q != seqlen_k
-    int num_heads_q = 1;                // >= 1, divisible by num_heads_kv
+    int num_heads_q = 1;                // 1..65535, divisible by num_heads_kv
     int num_heads_kv = 1;               // >= 1 (1 = MQA, < num_heads_q = GQA)
-    std::optional<double> softmax_scale;  // > 0 and finite; default 1/sqrt(head_dim_qk)
+    std::optional<double> softmax_scale;  // FLT_MIN..FLT_MAX/log2(e); default 1/sqrt(head_dim_qk)
     std::string arch;                   // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; empty = current device
     bool decode = false;                // 1..16 query tokens per sequence against a KV cache (split-KV decode)
     bool paged_kv = false;              // K and V in a paged cache with a block table (decode, or prefill against the cache)

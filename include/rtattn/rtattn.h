@@ -8,9 +8,11 @@
  * Conventions
  * - Every function that can fail returns an rtattn_status. On failure, rtattn_last_error_message() and the other
  *   rtattn_last_error_* functions describe the failure for the calling thread until its next call into the library.
- * - Structs that may grow start with `struct_size`: set it with the matching *_init function (or to sizeof), and
- *   the library reads and writes only that many bytes. A caller built against an older header keeps working; a
- *   newer caller's extra fields are refused unless they are zero.
+ * - Structs that may grow start with `struct_size`: set it with the matching *_init function (or to sizeof). The
+ *   library reads and writes only the fields it knows, and never past struct_size. A caller built against an older
+ *   header keeps working; a newer caller's fields past this library's struct are never read (the library cannot
+ *   tell a larger struct from a wrong struct_size), so a caller that sets such a field checks rtattn_version()
+ *   first.
  * - Strings returned through `const char*` fields or functions stay valid for as long as the object they came from
  *   (the runtime or the kernel), or, for rtattn_last_error_*, until the thread's next call.
  * - Nothing here synchronizes a stream or allocates device memory on the launch path: rtattn_kernel_forward can be
@@ -78,10 +80,10 @@ typedef struct rtattn_config {
     int32_t head_dim_v;        /* 1..256 */
     int32_t dtype;             /* RTATTN_FP16 or RTATTN_BF16 (default) */
     int32_t causal;            /* 0 or 1; bottom-right aligned when seqlen_q != seqlen_k */
-    int32_t num_heads_q;       /* >= 1 (default 1), a multiple of num_heads_kv */
+    int32_t num_heads_q;       /* 1..65535 (default 1), a multiple of num_heads_kv */
     int32_t num_heads_kv;      /* >= 1 (default 1): 1 = MQA, < num_heads_q = GQA */
     int32_t has_softmax_scale; /* 0: 1/sqrt(head_dim_qk) */
-    double softmax_scale;      /* > 0 and finite */
+    double softmax_scale;      /* FLT_MIN..FLT_MAX/log2(e): a normal float in the kernels, times log2(e) too */
     const char* arch;          /* "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL or "" = the current device */
     int32_t decode;            /* 0 or 1: 1..16 query tokens per sequence against a KV cache (split-KV decode) */
     int32_t paged_kv;          /* 0 or 1: K and V in a paged cache through a block table (decode or prefill) */
@@ -207,6 +209,10 @@ typedef struct rtattn_forward_args {
     const int32_t* cu_seqlens_q; /* device [batch + 1] int32, non-decreasing from 0 */
     const int32_t* cu_seqlens_k; /* device [batch + 1] int32 */
     int32_t total_q, total_k;    /* rows of the packed q/o and k/v */
+    /* Paged KV: the pages k and v hold (required, >= 1). A block-table entry outside 0..num_pages-1 (a negative one
+     * too) reads the last page: wrong rows, never memory outside the cache. (Added after the first version: a caller
+     * whose struct_size ends before it gets 0, and a paged call is refused.) */
+    int32_t num_pages;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);

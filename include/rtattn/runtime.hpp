@@ -53,6 +53,7 @@ public:
         a.workspace = args.workspace, a.workspace_bytes = args.workspace_bytes;
         a.cu_seqlens_q = args.cu_seqlens_q, a.cu_seqlens_k = args.cu_seqlens_k;
         a.total_q = args.total_q, a.total_k = args.total_k;
+        a.num_pages = args.num_pages;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
     // Merges two attention states of this kernel's dtype and d_v (see MergeArgs) on `stream`: cascade attention's

@@ -87,6 +87,8 @@ struct ForwardArgs {
     std::int64_t block_table_stride = 0;        // elements between the table's rows (>= pages_per_seq)
     int pages_per_seq = 0;                      // the table's columns: pages_per_seq * page_size >= seqlen_k
     int page_size = 0;                          // tokens per page: 1, 2, 4, ..., 256
+    int num_pages = 0;                          // pages in k and v (required): a table entry outside 0..num_pages-1
+                                                // reads the last page (wrong rows, never outside the cache)
     int num_splits = 0;                         // key splits per sequence (1..128); 0: the library chooses
     void* workspace = nullptr;                  // device, 256-byte aligned: Kernel::workspace_bytes(...)
     std::size_t workspace_bytes = 0;

@@ -62,7 +62,7 @@ class ForwardArgs(ctypes.Structure):
                 ("seqlens_k", ctypes.c_void_p), ("block_table", ctypes.c_void_p), ("block_table_stride", _i64),
                 ("pages_per_seq", _i32), ("page_size", _i32), ("num_splits", _i32), ("workspace", ctypes.c_void_p),
                 ("workspace_bytes", _size), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
-                ("total_q", _i32), ("total_k", _i32)]
+                ("total_q", _i32), ("total_k", _i32), ("num_pages", _i32)]
 
 
 class BackwardArgs(ctypes.Structure):

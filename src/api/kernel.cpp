@@ -18,6 +18,9 @@ struct Dim {
     std::int64_t extent, stride;
 };
 
+// 2^62 bytes of 2-byte elements: past any address space, and twice it still fits an int64.
+constexpr std::int64_t kMaxTensorElements = std::int64_t(1) << 61;
+
 }  // namespace
 
 void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
@@ -38,10 +41,22 @@ void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output,
                                                       "dim {})",
                                                       s, vec, dim));
     }
+    std::array<Dim, 4> dims = {{{dim, 1}, {heads, t.head_stride}, {seqlen, t.seq_stride}, {batch, t.batch_stride}}};
+    // The last element's byte offset must be an address: the kernels add index x stride in 64 bits, and a product
+    // that wraps would reach memory anywhere.
+    std::int64_t last = 0;
+    for (const auto& d : dims) {
+        std::int64_t step = 0;
+        if (__builtin_mul_overflow(d.extent - 1, d.stride, &step) || __builtin_add_overflow(last, step, &last) ||
+            last > kMaxTensorElements)
+            throw ArgumentError(name, fmt::format("strides (batch {}, seq {}, head {}) reach past 2^62 bytes for "
+                                                  "[batch {}, seq {}, heads {}, dim {}]",
+                                                  t.batch_stride, t.seq_stride, t.head_stride, batch, seqlen, heads,
+                                                  dim));
+    }
     if (!is_output) return;
     // Output rows must not overlap, or two CTAs would race on the same elements: sorted by stride, each dimension
-    // must step past everything the smaller ones span.
-    std::array<Dim, 4> dims = {{{dim, 1}, {heads, t.head_stride}, {seqlen, t.seq_stride}, {batch, t.batch_stride}}};
+    // must step past everything the smaller ones span (stride x extent is at most twice the offset bounded above).
     std::sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
     std::int64_t span = 1;  // elements covered by the dimensions processed so far
     for (const auto& d : dims) {
@@ -56,10 +71,27 @@ void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output,
 }
 
 void check_sizes(int batch, int seqlen_q, int seqlen_k) {
-    if (batch < 1 || batch > 65535)
-        throw ArgumentError("batch", fmt::format("{} is out of range; allowed 1..65535", batch));
-    if (seqlen_q < 1) throw ArgumentError("seqlen_q", fmt::format("{} is out of range; allowed >= 1", seqlen_q));
-    if (seqlen_k < 1) throw ArgumentError("seqlen_k", fmt::format("{} is out of range; allowed >= 1", seqlen_k));
+    if (batch < 1 || batch > kMaxBatch)
+        throw ArgumentError("batch", fmt::format("{} is out of range; allowed 1..{}", batch, kMaxBatch));
+    for (const auto& [field, n] : {std::pair{"seqlen_q", seqlen_q}, std::pair{"seqlen_k", seqlen_k}})
+        if (n < 1 || n > kMaxSeqlen)
+            throw ArgumentError(field, fmt::format("{} is out of range; allowed 1..{}", n, kMaxSeqlen));
+}
+
+void check_call_sizes(const AttentionConfig& c, int batch, int seqlen_q, int seqlen_k, int num_splits) {
+    check_sizes(batch, seqlen_q, seqlen_k);
+    if (c.decode && seqlen_q > kDecodeMaxSeqlenQ)
+        throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} query "
+                                                    "tokens per sequence (use a prefill config for more)",
+                                                    seqlen_q, kDecodeMaxSeqlenQ));
+    if (c.decode && (num_splits < 0 || num_splits > geometry::kDecMaxSplits))
+        throw ArgumentError("num_splits", fmt::format("{} is out of range; allowed 0 (the library chooses) or 1..{}",
+                                                      num_splits, geometry::kDecMaxSplits));
+    // 1 means "no split", as in FlashAttention, whose callers pass it to every kernel.
+    if (!c.decode && num_splits != 0 && num_splits != 1)
+        throw ArgumentError("num_splits", fmt::format("{} is for decode configs (config.decode); a prefill runs no key "
+                                                      "splits: allowed 0 or 1",
+                                                      num_splits));
 }
 
 Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seqlen_q, int seqlen_k,
@@ -116,17 +148,23 @@ bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std:
 void validate_cache_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
     if (p.paged_kv) {
         // k and v are [pages, page_size, heads_kv, d]: the page count is not known here, so one page is checked.
-        check_tensor("k", a.k, p.vec_qk, false, 1, a.page_size, c.num_heads_kv, p.head_dim_qk);
-        check_tensor("v", a.v, p.vec_v, false, 1, a.page_size, c.num_heads_kv, p.head_dim_v);
         if (a.page_size < 1 || a.page_size > 256 || (a.page_size & (a.page_size - 1)) != 0)
             throw ArgumentError("page_size", fmt::format("{} is not allowed; a power of two in 1..256", a.page_size));
+        // The kernels clamp table entries into the pages, so the pool's size is part of the call.
+        if (a.num_pages < 1)
+            throw ArgumentError("num_pages", fmt::format("{} is out of range; give the pages k and v hold (>= 1): "
+                                                         "block-table entries are clamped into 0..num_pages-1",
+                                                         a.num_pages));
+        check_tensor("k", a.k, p.vec_qk, false, a.num_pages, a.page_size, c.num_heads_kv, p.head_dim_qk);
+        check_tensor("v", a.v, p.vec_v, false, a.num_pages, a.page_size, c.num_heads_kv, p.head_dim_v);
         if (!a.block_table) throw ArgumentError("block_table", "is null; a paged KV cache needs its block table");
         if (!aligned(a.block_table, 4)) throw ArgumentError("block_table", "must be 4-byte aligned (int32)");
         if (a.pages_per_seq < 1)
             throw ArgumentError("pages_per_seq", fmt::format("{} is out of range; allowed >= 1", a.pages_per_seq));
-        if (a.block_table_stride < a.pages_per_seq)
-            throw ArgumentError("block_table_stride", fmt::format("{} is smaller than pages_per_seq ({})",
-                                                                  a.block_table_stride, a.pages_per_seq));
+        if (a.block_table_stride < a.pages_per_seq || a.block_table_stride > kMaxTensorElements / kMaxBatch)
+            throw ArgumentError("block_table_stride", fmt::format("{} is out of range; allowed pages_per_seq ({})..{}",
+                                                                  a.block_table_stride, a.pages_per_seq,
+                                                                  kMaxTensorElements / kMaxBatch));
         if (std::int64_t(a.pages_per_seq) * a.page_size < a.seqlen_k)
             throw ArgumentError("seqlen_k", fmt::format("{} is above the block table's capacity: pages_per_seq {} x "
                                                         "page_size {} = {} tokens",
@@ -135,8 +173,11 @@ void validate_cache_args(const plan::KernelPlan& p, const AttentionConfig& c, co
     } else {
         check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
         check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);
-        if (a.block_table || a.page_size || a.pages_per_seq)
-            throw ArgumentError(a.block_table ? "block_table" : a.page_size ? "page_size" : "pages_per_seq",
+        if (a.block_table || a.page_size || a.pages_per_seq || a.num_pages)
+            throw ArgumentError(a.block_table     ? "block_table"
+                                : a.page_size     ? "page_size"
+                                : a.pages_per_seq ? "pages_per_seq"
+                                                  : "num_pages",
                                 "is for paged configs (paged_kv); this kernel reads a dense cache");
     }
     if (!aligned(a.seqlens_k, 4)) throw ArgumentError("seqlens_k", "must be 4-byte aligned (int32)");
@@ -146,9 +187,6 @@ void validate_cache_args(const plan::KernelPlan& p, const AttentionConfig& c, co
 void validate_decode_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
                           const kernels::CallSizes& z) {
     validate_cache_args(p, c, a);
-    if (a.num_splits < 0 || a.num_splits > geometry::kDecMaxSplits)
-        throw ArgumentError("num_splits", fmt::format("{} is out of range; allowed 0 (the library chooses) or 1..{}",
-                                                      a.num_splits, geometry::kDecMaxSplits));
     const std::size_t need = p.family->workspace_bytes(p, c, z);
     if (need == 0) return;
     if (!a.workspace)
@@ -176,11 +214,7 @@ kernels::CallSizes call_sizes(const Kernel::Impl& k, int batch, int seqlen_q, in
 
 void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
                            const kernels::CallSizes& z) {
-    check_sizes(a.batch, a.seqlen_q, a.seqlen_k);
-    if (c.decode && a.seqlen_q > kDecodeMaxSeqlenQ)
-        throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} query "
-                                                    "tokens per sequence (use a prefill config for more)",
-                                                    a.seqlen_q, kDecodeMaxSeqlenQ));
+    check_call_sizes(c, a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     const Packing packing{a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k};
     const Rows rows = c.paged_kv ? check_packing(c.varlen, true, packing, a.batch, a.seqlen_q, a.seqlen_k,
                                                  {{"q", &a.q}, {"o", &a.o}})
@@ -190,19 +224,14 @@ void validate_forward_args(const plan::KernelPlan& p, const AttentionConfig& c, 
     check_tensor("o", a.o, p.vec_v, true, rows.batch, rows.q, c.num_heads_q, p.head_dim_v);
     if (a.lse && !aligned(a.lse, 4)) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
     if (c.decode) return validate_decode_args(p, c, a, z);
-    if (c.paged_kv) {  // a prefill against a paged cache: no splits, no workspace
-        validate_cache_args(p, c, a);
-        if (a.num_splits != 0)
-            throw ArgumentError("num_splits", "is for decode configs (config.decode); a prefill runs no key splits");
-        return;
-    }
+    if (c.paged_kv) return validate_cache_args(p, c, a);  // a prefill against a paged cache: no workspace
     check_tensor("k", a.k, p.vec_qk, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_qk);
     check_tensor("v", a.v, p.vec_v, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_v);
     // The serving fields mean nothing to a prefill kernel: set, they would be ignored, so they are refused.
     const std::pair<const char*, bool> decode_only[] = {
         {"seqlens_k", a.seqlens_k != nullptr}, {"block_table", a.block_table != nullptr},
         {"page_size", a.page_size != 0},       {"pages_per_seq", a.pages_per_seq != 0},
-        {"num_splits", a.num_splits != 0}};
+        {"num_pages", a.num_pages != 0}};
     for (const auto& [field, set] : decode_only)
         if (set) throw ArgumentError(field, "is for decode configs (config.decode); this kernel is a prefill kernel");
 }
@@ -215,13 +244,13 @@ void Kernel::forward(const ForwardArgs& a, void* stream) const {
 
 std::size_t Kernel::workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits) const {
     const Impl& k = impl_of(impl_);
-    check_sizes(batch, seqlen_q, seqlen_k);
+    check_call_sizes(k.config, batch, seqlen_q, seqlen_k, num_splits);
     return k.plan.family->workspace_bytes(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
 }
 
 int Kernel::num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits) const {
     const Impl& k = impl_of(impl_);
-    check_sizes(batch, seqlen_q, seqlen_k);
+    check_call_sizes(k.config, batch, seqlen_q, seqlen_k, num_splits);
     return k.plan.family->num_splits(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
 }
 
@@ -231,6 +260,12 @@ void Kernel::merge(const MergeArgs& a, void* stream) const {
     const int heads = k.config.num_heads_q;
     if (a.batch < 1) throw ArgumentError("batch", fmt::format("{} is out of range; allowed >= 1", a.batch));
     if (a.seqlen < 1) throw ArgumentError("seqlen", fmt::format("{} is out of range; allowed >= 1", a.seqlen));
+    // One warp per row, the rows along the grid's x (at most 2^31 - 1 CTAs).
+    const std::int64_t rows = std::int64_t(a.batch) * heads * a.seqlen, max_rows = std::int64_t(INT32_MAX) * 8;
+    if (rows > max_rows)
+        throw ArgumentError("seqlen", fmt::format("batch {} x heads_q {} x seqlen {} = {} rows; the merge takes at "
+                                                  "most {}",
+                                                  a.batch, heads, a.seqlen, rows, max_rows));
     check_tensor("o_a", a.o_a, p.vec_v, false, a.batch, a.seqlen, heads, p.head_dim_v);
     check_tensor("o_b", a.o_b, p.vec_v, false, a.batch, a.seqlen, heads, p.head_dim_v);
     check_tensor("o", a.o, p.vec_v, true, a.batch, a.seqlen, heads, p.head_dim_v);

@@ -31,7 +31,18 @@ struct BackwardKernel::Impl {
 // multiples of it; an output's elements must not overlap. Throws ArgumentError naming "<name>.<field>".
 void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
                   int dim);
+// Query tokens per sequence a decode call takes.
+inline constexpr int kDecodeMaxSeqlenQ = 16;
+
+// Sequences up to 2^30 rows: a row count plus a tile stays inside int32 (the kernels' row arithmetic) and the
+// grid's x. The batch is the grid's z (at most 65535).
+inline constexpr int kMaxSeqlen = 1 << 30;
+inline constexpr int kMaxBatch = 65535;
 void check_sizes(int batch, int seqlen_q, int seqlen_k);
+// check_sizes, then what the config allows of a call: decode's query tokens, and the split count (decode: 0 = the
+// library's choice or 1..kDecMaxSplits; other kernels: 0 or 1, "no split"). forward(), workspace_bytes() and
+// num_splits() refuse the same calls.
+void check_call_sizes(const AttentionConfig& c, int batch, int seqlen_q, int seqlen_k, int num_splits);
 
 // Where a call's sequences are: FlashAttention's varlen fields of ForwardArgs / BackwardArgs.
 struct Packing {
@@ -48,9 +59,6 @@ struct Rows {
 // paged cache, so cu_seqlens_k and total_k must be unset (only the queries are packed).
 Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seqlen_q, int seqlen_k,
                    std::initializer_list<std::pair<const char*, const TensorArg*>> tensors);
-
-// Query tokens per sequence a decode call takes.
-inline constexpr int kDecodeMaxSeqlenQ = 16;
 
 // Checks every forward() argument against the plan (and, for decode, the call's split count and workspace); throws
 // ArgumentError naming the field.

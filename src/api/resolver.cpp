@@ -26,9 +26,32 @@ plan::PlanOptions plan_options(const RuntimeOptions& options) {
     return o;
 }
 
-std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
+namespace {
+
+// The memo's key for a config: its JSON, which holds every field exactly (a finite double prints with enough digits to
+// read back the same bits). Only valid configs get here, so no NaN or infinity prints as null and meets a valid
+// config's entry.
+std::string memo_key(AttentionConfig& c) {
+    c.validate();
     if (c.arch.empty()) c.arch = device_arch(c);
-    const std::string config_key = c.to_json();
+    return c.to_json();
+}
+
+// Configs differing in heads or scale are distinct entries that share their kernel's: a caller sweeping scales or
+// head counts must not grow the memo without bound, so past this many it starts again (entries are shared_ptrs, and
+// whoever holds one keeps it).
+constexpr std::size_t kMaxMemoEntries = 4096;
+
+template <class Map, class Value>
+const Value& remember(Map& memo, const std::string& key, Value v) {
+    if (memo.size() >= kMaxMemoEntries) memo.clear();
+    return memo.emplace(key, std::move(v)).first->second;
+}
+
+}  // namespace
+
+std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
+    const std::string config_key = memo_key(c);
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (auto it = by_config_.find(config_key); it != by_config_.end()) return it->second;
@@ -45,7 +68,6 @@ std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
     }
     auto r = std::make_shared<Resolved>();
     if (same_kernel) {
-        c.validate();  // planning validated the kernel part only
         *r = *same_kernel;
     } else {
         r->plan = plan::plan(c, options_);
@@ -54,13 +76,12 @@ std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
     }
     r->config = std::move(c);
     std::lock_guard<std::mutex> lock(mu_);
-    by_kernel_.emplace(kernel_key, r);
-    return by_config_.emplace(config_key, std::move(r)).first->second;
+    remember(by_kernel_, kernel_key, std::shared_ptr<const Resolved>(r));
+    return remember(by_config_, config_key, std::shared_ptr<const Resolved>(std::move(r)));
 }
 
 std::shared_ptr<const ResolvedBackward> Resolver::resolve_backward(AttentionConfig c) {
-    if (c.arch.empty()) c.arch = device_arch(c);
-    const std::string config_key = c.to_json();
+    const std::string config_key = memo_key(c);
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (auto it = backward_.find(config_key); it != backward_.end()) return it->second;
@@ -71,7 +92,7 @@ std::shared_ptr<const ResolvedBackward> Resolver::resolve_backward(AttentionConf
     r->key = cache_key(r->source, c.arch);
     r->config = std::move(c);
     std::lock_guard<std::mutex> lock(mu_);
-    return backward_.emplace(config_key, std::move(r)).first->second;
+    return remember(backward_, config_key, std::shared_ptr<const ResolvedBackward>(std::move(r)));
 }
 
 std::string device_arch(const AttentionConfig& c) {

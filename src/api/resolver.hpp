@@ -42,6 +42,11 @@ public:
     // The backward kernels of a config: planned, rendered and hashed once per config.
     std::shared_ptr<const ResolvedBackward> resolve_backward(AttentionConfig c);
     const plan::PlanOptions& options() const { return options_; }
+    // Configs remembered now (bounded: a caller sweeping scales or head counts starts it over).
+    std::size_t memo_entries() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return by_config_.size() + by_kernel_.size() + backward_.size();
+    }
 
 private:
     plan::PlanOptions options_;

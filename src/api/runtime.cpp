@@ -20,6 +20,7 @@
 #include "render/render.hpp"
 #include "core/errors.hpp"
 #include "util/env.hpp"
+#include "util/json_input.hpp"
 #include "util/sha256.hpp"
 
 namespace rtattn {
@@ -130,8 +131,8 @@ struct Runtime::Impl {
         info.plan = b.summary;
         info.from_cache = got.source != cache::Source::compiled;
         // The cache verified the info's field types (cache::info_problem), so these reads cannot throw.
-        const auto j = nlohmann::json::parse(got.entry->info_json, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object()) {
+        nlohmann::json j;
+        if (util::parse_json(got.entry->info_json, &j).empty() && j.is_object()) {
             info.registers = j.value("registers", -1);
             info.spill_bytes = j.value("spill_bytes", -1);
         }

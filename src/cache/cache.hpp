@@ -125,7 +125,7 @@ private:
     enum class Removal { removed, busy, gone, failed };
     // One name in a shard directory that the cache could have created, as the scan found it.
     struct Node {
-        std::string shard, name;
+        std::string shard, name;  // shard "": the version directory itself (write probes)
         Kind kind;
         struct stat st {};  // of the name itself (a link is not followed)
         std::string shard_distrust;  // why the shard (or the whole tree) is not trusted, "" if it is

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
+#include <limits>
 
 #include "cache/cache.hpp"
 #include "core/errors.hpp"
@@ -12,14 +13,32 @@ namespace rtattn::cache {
 
 namespace {
 
-std::int64_t mtime_ns(const struct stat& st) {
-    return std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+constexpr std::int64_t kMinNs = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kMaxNs = std::numeric_limits<std::int64_t>::max();
+
+// seconds * 1e9 + nanos, clamped to int64 (which ends in the years 1677 and 2262): an age of 150000 days or a file
+// dated in the year 3000 stays in order instead of wrapping around (a wrapped cutoff pruned every entry).
+std::int64_t to_ns(std::int64_t seconds, std::int64_t nanos) {
+    std::int64_t ns = 0;
+    if (__builtin_mul_overflow(seconds, std::int64_t(1'000'000'000), &ns) || __builtin_add_overflow(ns, nanos, &ns))
+        return seconds < 0 ? kMinNs : kMaxNs;
+    return ns;
 }
+
+std::int64_t mtime_ns(const struct stat& st) { return to_ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec); }
 
 std::int64_t now_ns() {
     struct timespec ts {};
     ::clock_gettime(CLOCK_REALTIME, &ts);
-    return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    return to_ns(ts.tv_sec, ts.tv_nsec);
+}
+
+// Entries last used before this have been unused for longer than `age_seconds`; clamped like to_ns.
+std::int64_t cutoff_ns(std::int64_t age_seconds) {
+    const std::int64_t age = to_ns(age_seconds, 0);
+    std::int64_t cutoff = 0;
+    if (__builtin_sub_overflow(now_ns(), age, &cutoff)) return age > 0 ? kMinNs : kMaxNs;
+    return cutoff;
 }
 
 }  // namespace
@@ -29,6 +48,11 @@ DiskCache::Scan DiskCache::scan(const fsys::Dir& vdir, const std::string& tree_d
     std::vector<std::string> shards, names;
     if (auto s = vdir.list(&shards); !s.ok()) log_.warn(s.message());
     std::sort(shards.begin(), shards.end());
+    for (const auto& name : shards) {
+        // Write probes a killed process left behind (shard "": the version directory itself).
+        Node n{"", name, Kind::temp, {}, tree_distrust};
+        if (classify("", name) == Kind::temp && vdir.stat_child(name, &n.st).ok()) sc.nodes.push_back(std::move(n));
+    }
     for (const auto& shard_name : shards) {
         if (!is_shard(shard_name)) continue;  // not a name the cache creates: never looked into, never removed
         fsys::Dir shard;
@@ -103,9 +127,10 @@ std::vector<Listing> DiskCache::list() const {
 
 DiskCache::Removal DiskCache::remove_node(const fsys::Dir& vdir, const Node& n, bool only_unheld) const {
     fsys::Dir shard;
-    fsys::Status s = vdir.open_child(n.shard, false, 0, &shard);
+    fsys::Status s = n.shard.empty() ? fsys::Status() : vdir.open_child(n.shard, false, 0, &shard);
+    const fsys::Dir& dir = n.shard.empty() ? vdir : shard;
     bool busy = false;
-    if (s.ok()) s = only_unheld ? fsys::remove_unlocked(shard, n.name, &busy) : shard.remove(n.name);
+    if (s.ok()) s = only_unheld ? fsys::remove_unlocked(dir, n.name, &busy) : dir.remove(n.name);
     if (s.err() == ENOENT) return Removal::gone;  // someone else removed it first
     if (!s.ok()) {
         log_.warn(s.message());
@@ -229,10 +254,8 @@ PruneReport DiskCache::prune(std::optional<std::uint64_t> max_bytes, std::option
     // Lock files nobody holds and dead writers' temp files are garbage, not entries: removed but not reported.
     if (!dry_run) remove_stale(vdir, sc, nullptr);
     std::vector<Node> old, kept;
-    const std::int64_t now = now_ns();
-    for (auto& n : regular_entries(sc))
-        (older_than_seconds && mtime_ns(n.st) < now - *older_than_seconds * 1'000'000'000 ? old : kept)
-            .push_back(std::move(n));
+    const std::int64_t cutoff = older_than_seconds ? cutoff_ns(*older_than_seconds) : kMinNs;
+    for (auto& n : regular_entries(sc)) (mtime_ns(n.st) < cutoff ? old : kept).push_back(std::move(n));
     PruneReport r = remove_oldest(vdir, std::move(old), 0, "", dry_run);  // a cap of 0 takes every one
     if (max_bytes) {
         const PruneReport e = remove_oldest(vdir, std::move(kept), *max_bytes, "", dry_run);

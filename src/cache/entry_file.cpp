@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/fsys.hpp"
+#include "util/json_input.hpp"
 #include "util/sha256.hpp"
 #include "util/text.hpp"
 
@@ -104,7 +105,8 @@ std::optional<Kind> classify(std::string_view shard, std::string_view name) {
     if (keyed(kEntrySuffix)) return Kind::entry;
     if (keyed(kLockSuffix)) return Kind::lock;
     if (name.substr(0, kTempPrefix.size()) == kTempPrefix) {
-        // .tmp-<key>-XXXXXX or .tmp-probe-XXXXXX, as TempFile::create names them.
+        // .tmp-<key>-XXXXXX in the key's shard, .tmp-probe-XXXXXX in the version directory (shard ""), as
+        // TempFile::create names them.
         std::string_view rest = name.substr(kTempPrefix.size());
         const std::size_t dash = rest.rfind('-');
         if (dash == std::string_view::npos || rest.size() - dash - 1 != 6) return std::nullopt;
@@ -112,7 +114,7 @@ std::optional<Kind> classify(std::string_view shard, std::string_view name) {
         const bool alnum = std::all_of(suffix.begin(), suffix.end(), [](char c) {
             return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
         });
-        if (alnum && (tag == "probe" || (is_key(tag) && tag.substr(0, 2) == shard))) return Kind::temp;
+        if (alnum && (shard.empty() ? tag == "probe" : is_key(tag) && tag.substr(0, 2) == shard)) return Kind::temp;
     }
     return std::nullopt;
 }
@@ -180,8 +182,8 @@ std::string read_entry(int fd, std::uint64_t file_size, const std::string& path,
 }
 
 std::string info_problem(std::string_view info) {
-    const auto j = nlohmann::json::parse(info, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return "not valid JSON";
+    nlohmann::json j;
+    if (std::string p = util::parse_json(info, &j); !p.empty()) return p;
     if (!j.is_object()) return "not a JSON object";
     const auto field = [&](const char* name, bool (nlohmann::json::*is)() const noexcept, const char* type) {
         return j.contains(name) && !(j[name].*is)() ? std::string(name) + " is not " + type : std::string();

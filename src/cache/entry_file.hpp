@@ -1,8 +1,8 @@
 // The disk cache's names and entry file format.
 //
 // Layout: <root>/v<format>/<key[0:2]>/ holds <key>.rtc (entries), <key>.lock (per-key lock files) and
-// .tmp-<key or "probe">-<6 characters> (files being written). These are the only names the cache creates, and the
-// only ones it ever removes.
+// .tmp-<key>-<6 characters> (files being written); <root>/v<format>/ itself holds .tmp-probe-<6 characters> (the
+// write test on opening). These are the only names the cache creates, and the only ones it ever removes.
 //
 // Entry file, format 2 (little-endian):
 //   magic "RTATTNC\0" (8) | format u32 | arch_len u32 | key (64 hex) | arch (arch_len) | cubin_size u64
@@ -30,7 +30,8 @@ enum class Kind { entry, lock, temp };
 
 bool is_key(std::string_view s);         // 64 lowercase hex digits
 bool is_shard(std::string_view s);       // 2 lowercase hex digits
-// What a name in shard directory `shard` is, if the cache could have created it there.
+// What a name in shard directory `shard` is, if the cache could have created it there. Shard "" is the version
+// directory itself, where the cache creates only the temp files that probe whether it can write.
 std::optional<Kind> classify(std::string_view shard, std::string_view name);
 std::string shard_of(const std::string& key);
 std::string entry_name(const std::string& key);

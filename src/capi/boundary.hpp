@@ -36,31 +36,27 @@ rtattn_status guard(F&& body) noexcept {
     }
 }
 
-// A struct_size below this library's size is an uninitialized struct (the structs are at their first version).
-inline void check_struct_size(std::size_t given, std::size_t ours, const char* name) {
-    if (given < ours)
+// A struct_size below `min` (the struct's first version) is an uninitialized struct.
+inline void check_struct_size(std::size_t given, std::size_t min, const char* name) {
+    if (given < min)
         throw core::ArgumentError(std::string(name) + ".struct_size",
-                                  std::to_string(given) + " is too small for this struct (" + std::to_string(ours) +
+                                  std::to_string(given) + " is too small for this struct (" + std::to_string(min) +
                                       " bytes); set it with the matching rtattn_*_init function");
 }
 
-// Reads a versioned struct: defaults first (`init`), then the caller's bytes up to its struct_size. The structs are
-// at their first version, so a smaller struct_size is an uninitialized struct; a larger one is a newer caller, fine
-// as long as the fields this library does not know are zero.
+// Reads a versioned struct: defaults first (`init`), then the caller's bytes up to its struct_size, as far as this
+// library's struct goes. `min_size` is the struct's first version: an older caller's struct_size is at least that,
+// and the fields it lacks keep their defaults. A larger struct_size is a newer caller: bytes past this library's
+// struct are never read, since struct_size is only the caller's word, and reading it as far as it claims went past the
+// end of a caller's struct (a stack buffer, a page's end) when it was wrong.
 template <class T, class Init>
-T read_struct(const T* in, const char* name, Init init) {
+T read_struct(const T* in, const char* name, Init init, std::size_t min_size = sizeof(T)) {
     T out;
     init(&out);
     if (!in) throw core::ArgumentError(name, "is NULL");
     const std::size_t n = in->struct_size;
-    check_struct_size(n, sizeof(T), name);
-    const auto* bytes = reinterpret_cast<const unsigned char*>(in);
-    for (std::size_t i = sizeof(T); i < n; ++i)
-        if (bytes[i] != 0)
-            throw core::ArgumentError(std::string(name) + ".struct_size",
-                                      std::to_string(n) + " bytes, with fields this librtattn (" +
-                                          std::to_string(sizeof(T)) + " bytes) does not know set: upgrade librtattn");
-    std::memcpy(&out, in, sizeof(T));
+    check_struct_size(n, min_size, name);
+    std::memcpy(&out, in, n < sizeof(T) ? n : sizeof(T));
     out.struct_size = sizeof(T);
     return out;
 }

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
-#include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,9 +21,11 @@ struct rtattn_runtime {
     std::string stats_dir;                 // rtattn_cache_stats.dir: the cache's root, fixed for the runtime's life
     rtattn_log_fn log_callback = nullptr;
     void* log_user_data = nullptr;
-    // Infos handed out by rtattn_runtime_plan / _precompile: their strings live as long as the runtime.
+    // The strings of infos handed out by rtattn_runtime_plan / _precompile, which live as long as the runtime: each
+    // distinct string is kept once and never replaced (a set's nodes do not move), so a second call, or another
+    // thread's, never frees what an earlier one handed out.
     std::mutex mu;
-    std::map<std::string, rtattn::core::KernelInfo> infos;
+    std::set<std::string> strings;
 };
 
 struct rtattn_kernel {
@@ -123,13 +126,13 @@ rtattn_kernel_info to_c(const core::KernelInfo& k) {
     return i;
 }
 
-// Keeps an info for the runtime's lifetime (its strings are handed out) and writes it to the caller.
-void hand_out(rtattn_runtime* rt, core::KernelInfo info, rtattn_kernel_info* out) {
+// Writes an info whose strings point at the runtime's kept copies of them.
+void hand_out(rtattn_runtime* rt, const core::KernelInfo& info, rtattn_kernel_info* out) {
     if (!out) return;
+    rtattn_kernel_info c = to_c(info);
     std::lock_guard<std::mutex> lock(rt->mu);
-    auto& kept = rt->infos[info.key + '/' + info.arch + (info.registers < 0 ? "/plan" : "/compiled")];
-    kept = std::move(info);
-    write_struct(to_c(kept), out, "info");
+    for (const char** s : {&c.key, &c.arch, &c.kernel, &c.reason}) *s = rt->strings.insert(*s).first->c_str();
+    write_struct(c, out, "info");
 }
 
 core::Runtime& runtime_of(rtattn_runtime* rt) {
@@ -317,7 +320,7 @@ rtattn_status rtattn_runtime_plan(rtattn_runtime* runtime, const rtattn_config* 
         k.key = r->key;
         k.arch = r->config.arch;
         k.plan = r->plan.summary();
-        hand_out(runtime, std::move(k), info);
+        hand_out(runtime, k, info);
     });
 }
 
@@ -379,7 +382,8 @@ void rtattn_kernel_release(rtattn_kernel* kernel) {
 rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_forward_args* args, void* stream) {
     return guard([&] {
         const core::Kernel& k = kernel_of(kernel);
-        const rtattn_forward_args a = read_struct(args, "args", rtattn_forward_args_init);
+        const rtattn_forward_args a =
+            read_struct(args, "args", rtattn_forward_args_init, offsetof(rtattn_forward_args, num_pages));
         core::ForwardArgs f;
         f.q = tensor(a.q), f.k = tensor(a.k), f.v = tensor(a.v), f.o = tensor(a.o);
         f.lse = a.lse;
@@ -388,6 +392,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.pages_per_seq = a.pages_per_seq, f.page_size = a.page_size, f.num_splits = a.num_splits;
         f.workspace = a.workspace, f.workspace_bytes = a.workspace_bytes;
         f.cu_seqlens_q = a.cu_seqlens_q, f.cu_seqlens_k = a.cu_seqlens_k, f.total_q = a.total_q, f.total_k = a.total_k;
+        f.num_pages = a.num_pages;
         k.forward(f, stream);
     });
 }
@@ -461,7 +466,7 @@ rtattn_status rtattn_runtime_plan_backward(rtattn_runtime* runtime, const rtattn
         k.key = r->key;
         k.arch = r->config.arch;
         k.plan = r->plan.summary();
-        hand_out(runtime, std::move(k), info);
+        hand_out(runtime, k, info);
     });
 }
 

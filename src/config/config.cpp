@@ -1,12 +1,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "arch/arch.hpp"
 #include "config/config_json.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
+#include "util/json_input.hpp"
 #include "util/text.hpp"
 
 namespace rtattn::core {
@@ -36,13 +38,19 @@ double AttentionConfig::scale() const { return softmax_scale.value_or(1.0 / std:
 void AttentionConfig::validate() const {
     check_range("head_dim_qk", head_dim_qk, 1, kMaxHeadDim);
     if (head_dim_v) check_range("head_dim_v", *head_dim_v, 1, kMaxHeadDim);
-    check_range("num_heads_q", num_heads_q, 1, 1 << 16);
+    check_range("num_heads_q", num_heads_q, 1, kMaxHeads);
     check_range("num_heads_kv", num_heads_kv, 1, num_heads_q);
     if (num_heads_q % num_heads_kv != 0)
         throw ConfigError("num_heads_kv", fmt::format("num_heads_q ({}) must be a multiple of num_heads_kv ({})",
                                                       num_heads_q, num_heads_kv));
-    if (softmax_scale && !(std::isfinite(*softmax_scale) && *softmax_scale > 0))
-        throw ConfigError("softmax_scale", fmt::format("{} is not allowed; must be finite and > 0", *softmax_scale));
+    // The kernels take the scale as a float, and scale * log2(e) too (the exponent base 2): a double that is finite
+    // but turns into infinity or 0 (or a subnormal) there would run as all-NaN or all-uniform attention.
+    constexpr double kMinScale = std::numeric_limits<float>::min();
+    constexpr double kMaxScale = std::numeric_limits<float>::max() / 1.4426950408889634;
+    if (softmax_scale && !(*softmax_scale >= kMinScale && *softmax_scale <= kMaxScale))
+        throw ConfigError("softmax_scale", fmt::format("{} is not allowed; allowed {:g}..{:g} (finite, > 0, a normal "
+                                                       "float32 once multiplied by log2(e))",
+                                                       *softmax_scale, kMinScale, kMaxScale));
     if (!arch.empty() && !is_known_arch(arch))
         throw ConfigError("arch", fmt::format("{} is not supported; allowed: {} (or empty for the current device)",
                                               util::quoted(arch), known_archs()));
@@ -75,11 +83,7 @@ std::string AttentionConfig::to_json() const {
 
 AttentionConfig AttentionConfig::from_json(const std::string& text) {
     nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw ConfigError("json", fmt::format("not valid JSON: {}", e.what()));
-    }
+    if (std::string problem = util::parse_json(text, &j); !problem.empty()) throw ConfigError("json", problem);
     return config_from_json(j);
 }
 
@@ -117,7 +121,7 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
                               "unknown field; allowed: head_dim (or head_dim_qk), head_dim_v, dtype, causal, "
                               "num_heads_q, num_heads_kv, softmax_scale, arch, decode, paged_kv, varlen");
     }
-    constexpr int kMaxHeads = 1 << 16;
+    constexpr int kMaxHeads = AttentionConfig::kMaxHeads;
     AttentionConfig c;
     // Both spellings are checked, so a bad value cannot hide behind the other one.
     const auto qk = int_field(j, "head_dim_qk", 1, AttentionConfig::kMaxHeadDim),

@@ -87,6 +87,7 @@ public:
         prm.block_table = a.block_table;
         prm.block_table_stride = a.block_table_stride;
         prm.page_shift = page_shift(a.page_size);
+        prm.num_pages = a.num_pages;
         prm.seqlen_q = a.seqlen_q, prm.seqlen_k = a.seqlen_k, prm.batch = a.batch;
         prm.heads_q = c.num_heads_q, prm.q_per_kv = f.q_per_kv;
         prm.row_blocks = row_blocks(l.plan, c, a.seqlen_q);

@@ -76,6 +76,7 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
     prm.total_q = a.total_q, prm.total_k = a.total_k;
     prm.seqlens_k = a.seqlens_k, prm.block_table = a.block_table, prm.block_table_stride = a.block_table_stride;
     prm.page_shift = page_shift(a.page_size);
+    prm.num_pages = a.num_pages;
     return prm;
 }
 

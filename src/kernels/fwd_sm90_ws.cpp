@@ -10,6 +10,7 @@
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
 #include "kernels/sm90.hpp"
+#include "util/env.hpp"
 
 namespace rtattn::kernels {
 
@@ -77,11 +78,10 @@ View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, i
             {batch, t.batch_stride * 2}};
 }
 
+// RTATTN_TMA=0 or false: cp.async instead (README: Environment). Read once, launches are hot; any other value is a
+// ConfigError naming the variable (thrown again on every launch until fixed), never TMA left on silently.
 bool tma_disabled() {
-    static const bool off = [] {
-        const char* env = std::getenv("RTATTN_TMA");
-        return env && std::strcmp(env, "0") == 0;
-    }();
+    static const bool off = !util::env_flag("RTATTN_TMA").value_or(true);
     return off;
 }
 

@@ -136,6 +136,12 @@ BackwardWorkspace BackwardPlan::workspace(int batch, int heads_q, int seqlen_q) 
     BackwardWorkspace w;
     w.m_pad = (std::int64_t(seqlen_q) + block_m - 1) / block_m * block_m;
     const std::size_t rows = std::size_t(batch) * std::size_t(heads_q) * std::size_t(w.m_pad);
+    // Sizes up to the call limits (batch and heads 65535, 2^30 rows) would wrap 64 bits: refuse what no device holds.
+    const auto accum = static_cast<unsigned __int128>(rows) * geometry::bwd_dq_stride(pad_qk) * 4;
+    if (accum > (unsigned __int128)(1) << 60)
+        throw ArgumentError("seqlen_q", fmt::format("batch {} x heads_q {} x seqlen_q {} needs a workspace past 2^60 "
+                                                    "bytes",
+                                                    batch, heads_q, seqlen_q));
     w.dq_accum = 0;
     w.lse2 = align256(w.dq_accum + rows * std::size_t(geometry::bwd_dq_stride(pad_qk)) * 4);
     w.delta = align256(w.lse2 + rows * 4);

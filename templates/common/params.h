@@ -27,11 +27,13 @@ struct FwdParams {
     int total_q, total_k;
     // Paged KV cache (kPaged, the mma.sync family): key j of sequence b is in page
     // block_table[b * block_table_stride + (j >> page_shift)], slot j & (page size - 1); the K/V batch stride is the
-    // page stride. Keys per sequence: seqlens_k[b] clamped to seqlen_k (nullptr: seqlen_k), not cu_seqlens_k.
+    // page stride. Keys per sequence: seqlens_k[b] clamped to seqlen_k (nullptr: seqlen_k), not cu_seqlens_k. Table
+    // entries outside 0..num_pages-1 read as the last page (detail::page_of).
     const int* seqlens_k;
     const int* block_table;
     long long block_table_stride;
     int page_shift;
+    int num_pages;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -91,6 +93,7 @@ struct DecParams {
     const int* block_table;     // paged: [batch, block_table_stride]
     long long block_table_stride;
     int page_shift;             // paged: log2(page_size)
+    int num_pages;              // paged: pages in the cache; table entries outside 0..num_pages-1 read the last one
     float* part_o;              // num_splits > 1: [num_splits, batch * heads_q * seqlen_q, pad_v] fp32, normalized
     float* part_lse;            // num_splits > 1: [num_splits, batch * heads_q * seqlen_q], natural log; -inf: no key
     int seqlen_q, seqlen_k, batch, heads_q, q_per_kv;

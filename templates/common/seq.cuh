@@ -8,8 +8,10 @@ namespace detail {
 
 // Dense: sequence b is index b of [batch, seq, head, d] tensors, with seqlen_q / seqlen_k rows.
 // Varlen: it is rows cu_seqlens[b] .. cu_seqlens[b+1] of [total, head, d] tensors (the batch stride is unused) and
-// the LSE is [heads_q, total_q]. The offsets are clamped into 0..total, so a bad cu_seqlens gives wrong or empty
-// sequences but never an access outside the caller's tensors (the host cannot read device offsets to check them).
+// the LSE is [heads_q, total_q]. The offsets are clamped into 0..total and the lengths to the longest the call states
+// (seqlen_q / seqlen_k, which size the grid and the backward's workspace), so a bad cu_seqlens or max_seqlen gives
+// wrong or cut sequences but never an access outside the caller's tensors or the workspace, and never a wait on a
+// key block the grid does not have (the host cannot read device offsets to check them).
 template <bool kVarlen>
 struct Seq {
     int batch;
@@ -50,10 +52,10 @@ __device__ __forceinline__ Seq<kVarlen> seq_info(const P& p, int batch) {
     if constexpr (kVarlen) {
         int q_end, k_end;
         clamped_range(p.cu_seqlens_q, batch, p.total_q, s.q_begin, q_end);
-        s.seqlen_q = q_end - s.q_begin;
+        s.seqlen_q = min(q_end - s.q_begin, p.seqlen_q);
         if constexpr (!kPaged) {
             clamped_range(p.cu_seqlens_k, batch, p.total_k, s.k_begin, k_end);
-            s.seqlen_k = k_end - s.k_begin;
+            s.seqlen_k = min(k_end - s.k_begin, p.seqlen_k);
         }
     }
     if constexpr (kPaged) {
@@ -62,11 +64,18 @@ __device__ __forceinline__ Seq<kVarlen> seq_info(const P& p, int batch) {
     return s;
 }
 
-// Key `key`'s row in a paged cache whose K (or V) head starts at `head`: its page from the sequence's block table row
-// `table`, then its slot in the page.
+// The page holding key `key` of the sequence whose block table row is `table`. An entry outside the cache's
+// 0..num_pages-1 (negative ones too, compared unsigned) reads as the last page: a bad table gives wrong rows, never a
+// read outside k_cache / v_cache.
+__device__ __forceinline__ int page_of(const int* table, int key, int page_shift, int num_pages) {
+    return int(min(unsigned(__ldg(table + (key >> page_shift))), unsigned(num_pages - 1)));
+}
+
+// Key `key`'s row in a paged cache whose K (or V) head starts at `head`: its page, then its slot in the page.
 __device__ __forceinline__ const unsigned short* paged_row(const unsigned short* head, const int* table, int page_shift,
-                                                           long long page_stride, long long slot_stride, int key) {
-    const int page = __ldg(table + (key >> page_shift));
+                                                           int num_pages, long long page_stride, long long slot_stride,
+                                                           int key) {
+    const int page = page_of(table, key, page_shift, num_pages);
     return head + page * page_stride + (key & ((1 << page_shift) - 1)) * slot_stride;
 }
 

@@ -87,7 +87,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     const int* table = p.block_table + batch * p.block_table_stride;
     auto kv_row = [&](const u16* base, long long page_stride, long long slot_stride, int key) {
         if constexpr (T::kPaged) {
-            return detail::paged_row(base, table, p.page_shift, page_stride, slot_stride, key);
+            return detail::paged_row(base, table, p.page_shift, p.num_pages, page_stride, slot_stride, key);
         } else {
             return base + batch * page_stride + key * slot_stride;
         }
@@ -125,7 +125,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
 #pragma unroll
             for (int j = 0; j < KRows::kPerThread; ++j) {
                 const int key = t * T::kBlockN + r0 + j * KRows::kRowStep;
-                pages[j] = t < t_end && key < len ? __ldg(table + (key >> p.page_shift)) : 0;
+                pages[j] = t < t_end && key < len ? detail::page_of(table, key, p.page_shift, p.num_pages) : 0;
             }
         }
     };

@@ -85,7 +85,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         if constexpr (T::kPaged) {
             detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
                 sK + slot * S::kKElems, gK,
-                [&](int r) { return detail::paged_row(gK, table, p.page_shift, p.k_batch_stride, p.k_seq_stride, k0 + r); },
+                [&](int r) { return detail::paged_row(gK, table, p.page_shift, p.num_pages, p.k_batch_stride, p.k_seq_stride, k0 + r); },
                 seqlen_k - k0, tid, at_qk);
         } else {
             detail::load_tile<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
@@ -97,7 +97,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         if constexpr (T::kPaged) {
             detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
                 sV + slot * S::kVElems, gV,
-                [&](int r) { return detail::paged_row(gV, table, p.page_shift, p.v_batch_stride, p.v_seq_stride, k0 + r); },
+                [&](int r) { return detail::paged_row(gV, table, p.page_shift, p.num_pages, p.v_batch_stride, p.v_seq_stride, k0 + r); },
                 seqlen_k - k0, tid, at_v);
         } else {
             detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(

@@ -103,6 +103,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
             a.block_table = static_cast<const std::int32_t*>(s.table.get());
             a.block_table_stride = a.pages_per_seq = pages_per_seq;
             a.page_size = page;
+            a.num_pages = int(table.size());
         } else {
             a.k = ForwardArgs::contiguous(s.k.get(), S, c.Hkv, d);
             a.v = ForwardArgs::contiguous(s.v.get(), S, c.Hkv, d);

@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "config/config_json.hpp"
+#include "util/json_input.hpp"
 
 namespace rtattn::cli {
 
@@ -26,8 +27,7 @@ EntryView view_of(const cache::Listing& l) {
     EntryView v;
     v.listing = &l;
     if (!l.ok) return v;
-    v.info = json::parse(l.info_json, nullptr, /*allow_exceptions=*/false);
-    if (!v.info.is_object()) {
+    if (!util::parse_json(l.info_json, &v.info).empty() || !v.info.is_object()) {
         v.info = nullptr;
         return v;
     }
@@ -143,6 +143,8 @@ int verify(const GlobalOptions& g, bool repair, bool as_json) {
     return r.bad > r.removed ? kWorkFailed : kOk;
 }
 
+constexpr int kMaxAgeDays = 36500;
+
 struct PruneArgs {
     std::uint64_t max_size = 0;
     double older_than = 0;  // seconds
@@ -157,7 +159,16 @@ int prune(const GlobalOptions& g, const PruneArgs& a) {
     std::optional<std::uint64_t> max_bytes;
     std::optional<std::int64_t> older_than;
     if (a.max_size_opt->count()) max_bytes = a.max_size;
-    if (a.older_than_opt->count()) older_than = std::int64_t(a.older_than);
+    if (a.older_than_opt->count()) {
+        // Nothing is older than a century, and a bound keeps seconds * 1e9 far from int64's end (NaN fails it too).
+        if (!(a.older_than >= 0 && a.older_than <= kMaxAgeDays * 86400.0))
+            throw ConfigError("--older-than", fmt::format("{} is out of range; allowed 0..{}d ({} years)",
+                                                          a.older_than >= 86400
+                                                              ? fmt::format("{:g}d", a.older_than / 86400)
+                                                              : fmt::format("{:g}s", a.older_than),
+                                                          kMaxAgeDays, kMaxAgeDays / 365));
+        older_than = std::int64_t(a.older_than);
+    }
     const auto disk = open_disk_cache(g);
     const auto r = disk->prune(max_bytes, older_than, a.dry_run);
     const std::uint64_t left = disk->total_bytes() - (a.dry_run ? r.bytes_freed : 0);
@@ -219,7 +230,6 @@ void add_cache_commands(CLI::App& app, const GlobalOptions& g, Action& action) {
             ->transform(CLI::AsNumberWithUnit(std::map<std::string, double>{{"s", 1}, {"m", 60}, {"h", 3600},
                                                                             {"d", 86400}, {"w", 604800}},
                                               CLI::AsNumberWithUnit::CASE_INSENSITIVE))
-            ->check(CLI::Range(0.0, 1e15))
             ->type_name("AGE");
     prune_cmd->add_flag("--dry-run", p->dry_run, "remove nothing; list what would be removed");
     prune_cmd->add_flag("--json", p->json, "print JSON");

@@ -9,12 +9,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "config/config_json.hpp"
 #include "plan/backward.hpp"
 #include "plan/plan.hpp"
+#include "util/json_input.hpp"
 #include "util/text.hpp"
 
 namespace rtattn::tool {
@@ -99,6 +102,30 @@ Passes passes_of(const json& value, const Origin& origin) {
     return p;
 }
 
+// How many configs the entry stands for (the product of its lists' lengths), refused before any is built when it
+// would take the manifest past kMaxManifestConfigs: a few KB of lists would otherwise fill gigabytes. *so_far:
+// what the manifest's earlier entries stand for; the entry's count is added.
+void count_expansion(const json& entry, const Origin& origin, std::uint64_t* so_far) {
+    std::uint64_t n = 1;
+    bool overflow = false;
+    std::string factors;
+    for (const char* key : kListFields) {
+        if (!entry.contains(key)) continue;
+        const std::uint64_t k = alternatives(key, entry[key], origin).size();
+        if (k > 1) factors += fmt::format("{}{} {}", factors.empty() ? "" : " x ", key, k);
+        overflow = overflow || __builtin_mul_overflow(n, k, &n);
+    }
+    const std::string limit = fmt::format("the limit is {} configs per manifest; shorten the lists or split the "
+                                          "entries over several manifests", kMaxManifestConfigs);
+    if (overflow || n > kMaxManifestConfigs)
+        origin.fail("configs", fmt::format("expands to {}{} configs ({}); {}", overflow ? "more than " : "",
+                                           overflow ? std::numeric_limits<std::uint64_t>::max() : n, factors, limit));
+    if (n > kMaxManifestConfigs - *so_far)
+        origin.fail("configs", fmt::format("expands to {} configs, which takes the manifest to {}; {}", n,
+                                           *so_far + n, limit));
+    *so_far += n;
+}
+
 // The cartesian product of the entry's list fields, each element a plain from_json object.
 std::vector<json> cartesian(const json& entry, const Origin& origin) {
     json base = json::object();
@@ -136,7 +163,7 @@ AttentionConfig checked_config(const json& single, const ExpandOptions& opts, co
     }
 }
 
-Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origin) {
+Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origin, std::uint64_t* so_far) {
     if (!entry.is_object()) origin.fail("entry", fmt::format("must be a JSON object, got {}", json_for_message(entry)));
     for (const char* key : kCommentFields)
         if (entry.contains(key) && !entry[key].is_string()) origin.fail(key, "must be a string (it is a comment)");
@@ -147,6 +174,7 @@ Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origi
         passes = passes_of(entry[kPassField], origin);
         entry.erase(kPassField);
     }
+    count_expansion(entry, origin, so_far);
     UniqueConfigs out;
     for (const auto& single : cartesian(entry, origin)) out.add(checked_config(single, opts, origin, passes.backward));
     Expanded e;
@@ -172,11 +200,12 @@ json read_json_file(const std::string& path) {
                                                                   : "is not a regular file (a device, FIFO or socket)");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ManifestError(path, "manifest", "cannot open the file for reading");
-    try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
-        throw ManifestError(path, "manifest", fmt::format("not valid JSON: {}", e.what()));
-    }
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (in.bad()) throw ManifestError(path, "manifest", "cannot read the file");
+    json top;
+    if (std::string problem = util::parse_json(text, &top); !problem.empty())
+        throw ManifestError(path, "manifest", problem);
+    return top;
 }
 
 std::string string_field(const json& top, const char* key, const std::string& path, std::string fallback) {
@@ -193,7 +222,8 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
         throw ManifestError(path, "manifest", "must be a JSON object with \"name\", \"description\" and \"configs\"");
     for (const auto& [key, value] : top.items())
         if (!one_of(key, kTopLevelFields))
-            throw ManifestError(path, key, "unknown top-level field; allowed: name, description, configs, comment");
+            throw ManifestError(path, util::escaped(key.substr(0, 64)),
+                                "unknown top-level field; allowed: name, description, configs, comment");
     if (!top.contains("configs") || !top["configs"].is_array())
         throw ManifestError(path, "configs", "missing or not a list; give a list of config objects");
 
@@ -203,6 +233,7 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
     m.name = string_field(top, "name", path, fs::path(path).stem().string());
     m.description = string_field(top, "description", path, "");
     const json& entries = top["configs"];
+    std::uint64_t expanded = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
         const json& e = entries[i];
         Origin origin{fmt::format("{}: configs[{}]", path, i)};
@@ -210,7 +241,7 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
             const std::string model = e["model"].get<std::string>();
             origin.where += fmt::format(" ({})", util::escaped(model.substr(0, 64)) + (model.size() > 64 ? "..." : ""));
         }
-        const Expanded x = expand_entry(e, opts, origin);
+        const Expanded x = expand_entry(e, opts, origin, &expanded);
         configs.add_all(x.forward);
         backward.add_all(x.backward);
     }
@@ -246,7 +277,8 @@ Expanded expand_flag_passes(const ConfigFlags& f, const ExpandOptions& opts) {
     if (f.decode) entry["decode"] = true;
     if (f.paged_kv) entry["paged_kv"] = true;
     if (f.varlen) entry["varlen"] = true;
-    return expand_entry(entry, {{}, opts.current_arch, opts.pass}, origin);
+    std::uint64_t expanded = 0;
+    return expand_entry(entry, {{}, opts.current_arch, opts.pass}, origin, &expanded);
 }
 
 bool UniqueConfigs::add(const AttentionConfig& c) {

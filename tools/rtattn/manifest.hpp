@@ -18,6 +18,7 @@
 // The CLI's config flags (--head-dim 64,128 --dtype bf16,fp16 ...) are turned into one such entry, so a flag and
 // a manifest field are expanded and checked by the same code and fail with the same messages.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -55,6 +56,10 @@ private:
     std::vector<AttentionConfig> list_;
     std::unordered_set<std::string> seen_;
 };
+
+// The most configs one manifest (or one command line) may expand to, counted before deduplication. Real manifests
+// hold hundreds; the bound keeps a small file of long lists from allocating gigabytes (README: Manifests).
+inline constexpr std::uint64_t kMaxManifestConfigs = 100000;
 
 // Expanded, deduplicated configs in first-seen order, by the kernels asked for.
 struct Expanded {
