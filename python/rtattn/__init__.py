@@ -1,6 +1,7 @@
 """rtattn: attention kernels for any head_dim, compiled at run time with NVRTC, cached on disk, launched through the
-CUDA Driver API. This package calls librtattn's C ABI through ctypes: it works with any Python 3.8+ and any PyTorch,
-and without torch or a GPU for everything but launching (precompile, plan, info, the cache).
+CUDA Driver API. This package calls librtattn's C ABI through ctypes: it works with any Python 3.8+, without torch or
+a GPU for everything but launching (precompile, plan, info, the cache), and with any torch; the torch ops (attention,
+attention_varlen, attention_with_kvcache, merge_states) need torch >= 2.4.
 
     import rtattn
     rtattn.precompile(head_dim=132, causal=True, arch="sm_90a")   # no GPU needed
@@ -74,6 +75,10 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deter
 
 
 # A program that imported torch first gets torch.ops.rtattn.attention registered now, so torch.compile and CUDA
-# graph capture never see the registration happen mid-trace.
+# graph capture never see the registration happen mid-trace. A torch too old for the ops (below 2.4) leaves them
+# unregistered: calling one raises the ImportError that names the version; everything else works.
 if "torch" in _sys.modules:
-    _load_torch_ops()
+    try:
+        _load_torch_ops()
+    except ImportError:
+        pass

@@ -6,7 +6,13 @@ import threading
 from typing import Callable, Optional
 
 from . import _lib
+from ._convert import boolean, cstring, fill, integer
 from ._lib import lib
+
+# Key splits a decode call may run: kDecMaxSplits (templates/common/geometry.h), checked here before a caller sizes a
+# workspace from the count (10**6 splits would ask for terabytes before the launch refused them).
+MAX_SPLITS = 128
+_POINTER_MAX = 2**(8 * ctypes.sizeof(ctypes.c_void_p)) - 1
 
 
 class Error(RuntimeError):
@@ -91,26 +97,6 @@ def _text(fn, *args) -> str:
     return buf.value.decode()
 
 
-def _int_field(name, value, allow_none=False):
-    """Python ints reach C as int32: anything else is refused here, naming the field, instead of wrapping."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}: {value!r} is not an integer", name)
-    if not -2**31 <= value < 2**31:
-        raise ConfigError(f"{name}: {value} is out of range", name)
-    return value
-
-
-def _float_field(name, value):
-    if isinstance(value, bool):
-        raise ConfigError(f"{name}: {value!r} is not a number", name)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: {value!r} is not a number", name) from None
-
-
 @dataclasses.dataclass
 class AttentionConfig:
     """What a caller asks for; the same fields as the C++ rtattn::AttentionConfig. validate() checks the ranges."""
@@ -129,23 +115,17 @@ class AttentionConfig:
     def _to_c(self) -> "_lib.Config":
         c = _lib.Config()
         lib.rtattn_config_init(ctypes.byref(c))
-        c.head_dim_qk = _int_field("head_dim_qk", self.head_dim_qk)
-        if self.head_dim_v is not None:
-            c.has_head_dim_v, c.head_dim_v = 1, _int_field("head_dim_v", self.head_dim_v)
         dtype = ctypes.c_int32(0)
-        _check(lib.rtattn_dtype_from_string(str(self.dtype).encode(), ctypes.byref(dtype)))
-        c.dtype = dtype.value
-        for name in ("causal", "decode", "paged_kv", "varlen"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name}: {value!r} is not True or False", name)
-            setattr(c, name, int(value))
-        c.num_heads_q = _int_field("num_heads_q", self.num_heads_q)
+        _check(lib.rtattn_dtype_from_string(cstring("dtype", self.dtype, ConfigError), ctypes.byref(dtype)))
+        flags = {name: int(boolean(name, getattr(self, name), ConfigError))
+                 for name in ("causal", "decode", "paged_kv", "varlen")}
         kv = self.num_heads_q if self.num_heads_kv is None else self.num_heads_kv
-        c.num_heads_kv = _int_field("num_heads_kv", kv)
+        fill(c, ConfigError, head_dim_qk=self.head_dim_qk, dtype=dtype.value, num_heads_q=self.num_heads_q,
+             num_heads_kv=kv, arch="" if self.arch is None else self.arch, **flags)
+        if self.head_dim_v is not None:
+            fill(c, ConfigError, has_head_dim_v=1, head_dim_v=self.head_dim_v)
         if self.softmax_scale is not None:
-            c.has_softmax_scale, c.softmax_scale = 1, _float_field("softmax_scale", self.softmax_scale)
-        c.arch = (self.arch or "").encode()
+            fill(c, ConfigError, has_softmax_scale=1, softmax_scale=self.softmax_scale)
         return c
 
     @staticmethod
@@ -170,7 +150,7 @@ class AttentionConfig:
         c = _lib.Config()
         lib.rtattn_config_init(ctypes.byref(c))
         arch = ctypes.create_string_buffer(64)
-        _check(lib.rtattn_config_from_json(text.encode(), ctypes.byref(c), arch, len(arch)))
+        _check(lib.rtattn_config_from_json(cstring("text", text, ConfigError), ctypes.byref(c), arch, len(arch)))
         return AttentionConfig._from_c(c)
 
     def describe(self) -> str:
@@ -236,6 +216,27 @@ def _as_config(config, fields) -> AttentionConfig:
     raise TypeError(f"config: expected rtattn.AttentionConfig, got {type(config).__name__}")
 
 
+def _sizes(batch, seqlen_q, seqlen_k, num_splits=None) -> tuple:
+    """The int32 size arguments of the workspace and split queries, checked (ctypes would wrap them)."""
+    sizes = tuple(integer(name, value, ArgumentError) for name, value in
+                  (("batch", batch), ("seqlen_q", seqlen_q), ("seqlen_k", seqlen_k)))
+    if num_splits is None:
+        return sizes
+    return sizes + (integer("num_splits", num_splits, ArgumentError, 0, MAX_SPLITS, " (0: the library chooses)"),)
+
+
+def _struct_ref(name, args, struct_type):
+    if type(args) is not struct_type:
+        raise ArgumentError(f"{name}: expected a {struct_type.__name__} (from the kernel's *_args()), got "
+                            f"{type(args).__name__}", name)
+    return ctypes.byref(args)
+
+
+def _stream(stream) -> int:
+    """A cudaStream_t as an int (None: 0, the legacy default stream); ctypes would wrap -1 into a pointer."""
+    return 0 if stream is None else integer("stream", stream, ArgumentError, 0, _POINTER_MAX)
+
+
 class Kernel:
     """One loaded kernel, for the CUDA context that was current when Runtime.get made it. Thread-safe."""
 
@@ -256,40 +257,43 @@ class Kernel:
         if handle and lib is not None:
             lib.rtattn_kernel_release(handle)
 
-    def forward_args(self) -> "_lib.ForwardArgs":
-        """A fresh argument struct for launch(): fill q/k/v/o (pointer and strides in elements), lse, sizes."""
+    def forward_args(self, **fields) -> "_lib.ForwardArgs":
+        """A fresh argument struct for launch(): q/k/v/o (pointer and strides in elements), lse, sizes. Fields given
+        here are range-checked (ArgumentError); ctypes' own attribute assignment wraps 2**32 + 1 to 1 silently."""
         a = _lib.ForwardArgs()
         lib.rtattn_forward_args_init(ctypes.byref(a))
-        return a
+        return fill(a, ArgumentError, **fields)
 
     def launch(self, args: "_lib.ForwardArgs", stream: int = 0) -> None:
         """Launches on `stream` (a cudaStream_t as an int; 0 = the legacy default stream). Never synchronizes or
         allocates. Raises ArgumentError naming a bad argument (e.g. "q.seq_stride")."""
-        status = self._forward(self._handle, ctypes.byref(args), stream)
+        status = self._forward(self._handle, _struct_ref("args", args, _lib.ForwardArgs), _stream(stream))
         if status:
             _raise(status)
 
     def workspace_bytes(self, batch: int, seqlen_q: int, seqlen_k: int, num_splits: int = 0) -> int:
         """Device workspace one call with these sizes needs (decode kernels: the splits' partial results; else 0)."""
         n = ctypes.c_size_t()
-        _check(lib.rtattn_kernel_workspace_bytes(self._handle, batch, seqlen_q, seqlen_k, num_splits, ctypes.byref(n)))
+        _check(lib.rtattn_kernel_workspace_bytes(self._handle, *_sizes(batch, seqlen_q, seqlen_k, num_splits),
+                                                 ctypes.byref(n)))
         return n.value
 
     def num_splits(self, batch: int, seqlen_q: int, seqlen_k: int, num_splits: int = 0) -> int:
         """Key splits a decode call with these sizes runs (0: the library's choice); 1 for the prefill kernels."""
         n = ctypes.c_int32()
-        _check(lib.rtattn_kernel_num_splits(self._handle, batch, seqlen_q, seqlen_k, num_splits, ctypes.byref(n)))
+        _check(lib.rtattn_kernel_num_splits(self._handle, *_sizes(batch, seqlen_q, seqlen_k, num_splits),
+                                            ctypes.byref(n)))
         return n.value
 
-    def merge_args(self) -> "_lib.MergeArgs":
-        """A fresh argument struct for merge()."""
+    def merge_args(self, **fields) -> "_lib.MergeArgs":
+        """A fresh argument struct for merge(); fields given here are range-checked, as in forward_args()."""
         a = _lib.MergeArgs()
         lib.rtattn_merge_args_init(ctypes.byref(a))
-        return a
+        return fill(a, ArgumentError, **fields)
 
     def merge(self, args: "_lib.MergeArgs", stream: int = 0) -> None:
         """Merges two attention states (O, LSE) of the same rows over different keys on `stream`."""
-        _check(lib.rtattn_kernel_merge(self._handle, ctypes.byref(args), stream))
+        _check(lib.rtattn_kernel_merge(self._handle, _struct_ref("args", args, _lib.MergeArgs), _stream(stream)))
 
 
 class BackwardKernel:
@@ -316,19 +320,20 @@ class BackwardKernel:
     def workspace_bytes(self, batch: int, seqlen_q: int, seqlen_k: int) -> int:
         """Device memory one call with these sizes needs as its workspace (256-byte aligned)."""
         n = ctypes.c_size_t()
-        _check(lib.rtattn_backward_kernel_workspace_bytes(self._handle, batch, seqlen_q, seqlen_k, ctypes.byref(n)))
+        _check(lib.rtattn_backward_kernel_workspace_bytes(self._handle, *_sizes(batch, seqlen_q, seqlen_k),
+                                                          ctypes.byref(n)))
         return n.value
 
-    def backward_args(self) -> "_lib.BackwardArgs":
-        """A fresh argument struct for launch()."""
+    def backward_args(self, **fields) -> "_lib.BackwardArgs":
+        """A fresh argument struct for launch(); fields given here are range-checked, as in Kernel.forward_args()."""
         a = _lib.BackwardArgs()
         lib.rtattn_backward_args_init(ctypes.byref(a))
-        return a
+        return fill(a, ArgumentError, **fields)
 
     def launch(self, args: "_lib.BackwardArgs", stream: int = 0) -> None:
         """Writes dQ, dK, dV on `stream`. Never synchronizes or allocates. Raises ArgumentError naming a bad
         argument."""
-        status = self._backward(self._handle, ctypes.byref(args), stream)
+        status = self._backward(self._handle, _struct_ref("args", args, _lib.BackwardArgs), _stream(stream))
         if status:
             _raise(status)
 
@@ -346,19 +351,19 @@ class Runtime:
         self._handle = None
         o = _lib.RuntimeOptions()
         lib.rtattn_runtime_options_init(ctypes.byref(o))
-        o.cache_dir = (cache_dir or "").encode()
-        o.cache_mode = _lib.CACHE_ONLY if cache_only else _lib.CACHE_JIT
-        o.max_concurrent_compiles = _int_field("max_concurrent_compiles", max_concurrent_compiles)
-        if isinstance(max_cache_bytes, bool) or not isinstance(max_cache_bytes, int) or \
-                not 0 <= max_cache_bytes < 2**64:
-            raise ConfigError(f"max_cache_bytes: {max_cache_bytes!r} is not an integer in 0..2^64-1",
-                              "max_cache_bytes")
-        o.max_cache_bytes = max_cache_bytes
-        if log_level not in _lib.LOG_LEVELS:
+        if not (isinstance(log_level, str) and log_level in _lib.LOG_LEVELS):
             raise ConfigError(f"log_level: {log_level!r} is not one of {', '.join(_lib.LOG_LEVELS)}", "log_level")
-        o.log_level = _lib.LOG_LEVELS.index(log_level)
+        fill(o, ConfigError, cache_dir="" if cache_dir is None else cache_dir,
+             cache_mode=_lib.CACHE_ONLY if boolean("cache_only", cache_only, ConfigError) else _lib.CACHE_JIT,
+             max_concurrent_compiles=max_concurrent_compiles, max_cache_bytes=max_cache_bytes,
+             log_level=_lib.LOG_LEVELS.index(log_level),
+             shared_cache=int(boolean("shared_cache", shared_cache, ConfigError)),
+             lock_timeout_seconds=lock_timeout_seconds, tile_override=None if tile_override == "" else tile_override)
         self._log = None
         if log_callback is not None:
+            if not callable(log_callback):
+                raise ConfigError(f"log_callback: expected a callable (level, message), got "
+                                  f"{type(log_callback).__name__}", "log_callback")
             def trampoline(_user, level, message, _cb=log_callback):
                 try:
                     _cb(_lib.LOG_LEVELS[level], _s(message))
@@ -366,9 +371,6 @@ class Runtime:
                     pass
             self._log = _lib.LogFn(trampoline)  # kept alive as long as the runtime
             o.log_callback = self._log
-        o.shared_cache = int(bool(shared_cache))
-        o.lock_timeout_seconds = _float_field("lock_timeout_seconds", lock_timeout_seconds)
-        o.tile_override = tile_override.encode() if tile_override else None
         handle = ctypes.c_void_p()
         _check(lib.rtattn_runtime_create(ctypes.byref(o), ctypes.byref(handle)))
         self._handle = handle

@@ -15,7 +15,8 @@ from typing import Optional, Tuple
 import torch
 
 from . import _lib
-from ._api import ArgumentError
+from ._api import MAX_SPLITS, ArgumentError
+from ._convert import INT32_MAX, boolean, fill, integer
 from ._torch import _ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _cached, _check_scale, _raw_stream, _tensor
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
@@ -68,14 +69,14 @@ def _on_device(q: torch.Tensor, fn, *args):
 # ---- varlen ----------------------------------------------------------------------------------------------------------
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale):
+    """Returns max_seqlen_q and max_seqlen_k as Python ints (the op's schema takes no numpy int)."""
     _check_inputs((("q", q), ("k", k), ("v", v)), 3, "[total_tokens, heads, head_dim]")
     _check_int32("cu_seqlens_q", cu_seqlens_q, q)
     _check_int32("cu_seqlens_k", cu_seqlens_k, q, cu_seqlens_q.shape[0])
     if cu_seqlens_q.shape[0] < 2:
         raise ArgumentError("cu_seqlens_q: needs batch + 1 >= 2 entries", "cu_seqlens_q")
-    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-            raise ArgumentError(f"{name}: {x!r} is not an int >= 0", name)
+    max_seqlen_q, max_seqlen_k = (integer(name, x, ArgumentError, 0, INT32_MAX) for name, x in
+                                  (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)))
     if k.shape[2] != q.shape[2]:
         raise ArgumentError(f"k: head_dim {k.shape[2]} differs from q's {q.shape[2]}", "k")
     if tuple(v.shape[:2]) != tuple(k.shape[:2]):
@@ -83,6 +84,7 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
         raise ArgumentError(f"k: q's heads ({q.shape[1]}) must be a multiple of k's heads ({k.shape[1]})", "k")
     _check_scale(causal, softmax_scale)
+    return max_seqlen_q, max_seqlen_k
 
 
 def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
@@ -100,8 +102,8 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
     if tk == 0 or max_k == 0:  # no sequence has a key: the library's convention for keyless rows
         return o.zero_(), lse.fill_(math.inf)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, ("varlen",))
-    args = _lib.ForwardArgs(struct_size=_ARGS_SIZE, q=_packed(q), k=_packed(k), v=_packed(v), o=_packed(o),
-                            lse=lse.data_ptr(), **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k))
+    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), lse.data_ptr()),
+                ArgumentError, **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -131,11 +133,11 @@ def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, 
     kernel = _cached("get_backward", q.device, q.dtype, d, dv, hq, hkv, causal, scale, ("varlen",))
     batch = cu_q.shape[0] - 1
     workspace = torch.empty(kernel.workspace_bytes(batch, max_q, max_k), dtype=torch.uint8, device=q.device)
-    args = _lib.BackwardArgs(struct_size=_BWD_ARGS_SIZE, q=_packed(q), k=_packed(k), v=_packed(v), o=_packed(o),
-                             dout=_packed(dout), lse=lse.data_ptr(),
-                             dlse=dlse.data_ptr() if dlse is not None else None, dq=_packed(dq), dk=_packed(dk),
-                             dv=_packed(dvv), workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(),
-                             deterministic=int(deterministic), **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k))
+    args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), _packed(dout),
+                                  lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _packed(dq),
+                                  _packed(dk), _packed(dvv)), ArgumentError, workspace=workspace.data_ptr(),
+                workspace_bytes=workspace.numel(), deterministic=int(deterministic),
+                **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv
 
@@ -195,9 +197,10 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     longer sequence past them are not computed). Causal aligns bottom-right per sequence. Returns o [total_q, heads_q,
     head_dim_v] and, with return_lse, the float32 LSE [heads_q, total_q]. The offsets are not checked (they are on the
     device); the kernels clamp them into the tensors, so wrong offsets give wrong rows but no stray memory access."""
-    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale)
-    if not isinstance(deterministic, bool):
-        raise ArgumentError(f"deterministic: {deterministic!r} is not True or False", "deterministic")
+    max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                               causal, softmax_scale)
+    boolean("deterministic", deterministic, ArgumentError)
+    boolean("return_lse", return_lse, ArgumentError)
     o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale, deterministic)
     return (o, lse) if return_lse else o
@@ -224,15 +227,14 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
     paged = {}
     if block_table is not None:
         paged = dict(block_table=block_table.data_ptr(), block_table_stride=block_table.stride(0),
-                     pages_per_seq=block_table.shape[1], page_size=k_cache.shape[1])
+                     pages_per_seq=block_table.shape[1], page_size=k_cache.shape[1], num_pages=k_cache.shape[0])
     k_arg, v_arg = _tensor(k_cache), _tensor(v_cache)
     if block_table is not None:  # a page's stride is needed even for one page
         k_arg.batch_stride, v_arg.batch_stride = k_cache.stride(0), v_cache.stride(0)
-    args = _lib.ForwardArgs(struct_size=_ARGS_SIZE, q=_tensor(q), k=k_arg, v=v_arg, o=_tensor(o), lse=lse.data_ptr(),
-                            batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
-                            seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None,
-                            num_splits=num_splits, workspace=workspace.data_ptr() if ws_bytes else None,
-                            workspace_bytes=ws_bytes, **paged)
+    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), k_arg, v_arg, _tensor(o), lse.data_ptr()), ArgumentError,
+                batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
+                seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None, num_splits=num_splits,
+                workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **paged)
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -265,9 +267,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     page_size a power of two up to 256 (1 works). cache_seqlens: int32 [batch] on the device, the keys each sequence
     has (None: the whole capacity). max_seqlen_k: a host bound on those lengths (default: the capacity); it and the
     sizes fix the split-KV count, never the device values, so a captured CUDA graph stays valid as lengths change;
-    num_splits fixes it (0: the library's choice). Causal aligns the query tokens bottom-right (speculative decoding).
-    Inference only (no backward). Returns o [batch, seqlen_q, heads_q, head_dim_v] (and LSE [batch, heads_q,
-    seqlen_q] with return_lse)."""
+    num_splits fixes it: 1..128, or 0 for the library's choice (a paged prefill runs no splits: 0 or 1). Causal
+    aligns the query tokens bottom-right (speculative decoding). Inference only (no backward). Returns o [batch,
+    seqlen_q, heads_q, head_dim_v] (and LSE [batch, heads_q, seqlen_q] with return_lse)."""
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
     if cache_seqlens is not None:
@@ -287,14 +289,13 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if k_cache.shape[2] == 0 or q.shape[2] % k_cache.shape[2] != 0:
         raise ArgumentError(f"k_cache: q's heads ({q.shape[2]}) must be a multiple of the cache's heads "
                             f"({k_cache.shape[2]})", "k_cache")
-    if max_seqlen_k is None:
-        max_seqlen_k = capacity
-    if not isinstance(max_seqlen_k, int) or isinstance(max_seqlen_k, bool) or not 0 <= max_seqlen_k <= capacity:
-        raise ArgumentError(f"max_seqlen_k: {max_seqlen_k!r} is not an int in 0..{capacity} (the cache's capacity)",
-                            "max_seqlen_k")
-    if not isinstance(num_splits, int) or isinstance(num_splits, bool):
-        raise ArgumentError(f"num_splits: {num_splits!r} is not an int", "num_splits")
+    # A stride-0 (expanded) cache can claim any capacity: past int32 it is refused, not wrapped.
+    max_seqlen_k = integer("max_seqlen_k", capacity if max_seqlen_k is None else max_seqlen_k, ArgumentError, 0,
+                           min(capacity, INT32_MAX), f" (the cache's capacity is {capacity})")
+    # Checked before the op sizes a workspace from it (10**6 splits would ask torch for terabytes).
+    num_splits = integer("num_splits", num_splits, ArgumentError, 0, MAX_SPLITS, " (0: the library chooses)")
     _check_scale(causal, softmax_scale)
+    boolean("return_lse", return_lse, ArgumentError)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
         raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
@@ -315,9 +316,9 @@ def _merge_run(o_a, lse_a, o_b, lse_b):
     # Any forward kernel of this dtype, d_v and head count carries the merge entry; the plain one is used.
     kernel = _cached("get", o_a.device, o_a.dtype, dv, dv, heads, heads, False, None)
     view = _packed if packed else _tensor
-    args = _lib.MergeArgs(struct_size=_MERGE_ARGS_SIZE, o_a=view(o_a), o_b=view(o_b), o=view(o),
-                          lse_a=lse_a.data_ptr(), lse_b=lse_b.data_ptr(), lse=lse.data_ptr(),
-                          batch=1 if packed else o_a.shape[0], seqlen=o_a.shape[0] if packed else o_a.shape[1])
+    args = fill(_lib.MergeArgs(_MERGE_ARGS_SIZE, view(o_a), view(o_b), view(o), lse_a.data_ptr(), lse_b.data_ptr(),
+                               lse.data_ptr()), ArgumentError,
+                batch=1 if packed else o_a.shape[0], seqlen=o_a.shape[0] if packed else o_a.shape[1])
     kernel.merge(args, _raw_stream(o_a.device.index))
     return o, lse
 

@@ -7,6 +7,7 @@ the argument checks, a dict lookup, torch.empty for the outputs, one argument st
 (docs/PERFORMANCE.md: per-call overhead)."""
 import ctypes
 import math
+import re
 import threading
 from typing import Optional, Tuple
 
@@ -14,6 +15,23 @@ import torch
 
 from . import _api, _lib
 from ._api import ArgumentError
+from ._convert import boolean, fill, number
+
+# torch.library.custom_op, and register_fake and register_autograd on what it returns, arrived in torch 2.4. An older
+# torch gets this module's ImportError from the first torch op called; rtattn itself, and all it does without torch,
+# still import and work.
+MIN_TORCH = (2, 4)
+
+
+def _has_custom_ops(version: str) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (int(m[1]), int(m[2])) >= MIN_TORCH and hasattr(getattr(torch, "library", None), "custom_op")
+
+
+if not _has_custom_ops(str(getattr(torch, "__version__", ""))):
+    raise ImportError(f"rtattn's torch ops need torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (torch.library.custom_op); "
+                      f"this is torch {getattr(torch, '__version__', '(no version)')}. rtattn's configs, plan, "
+                      "precompile and info work with any torch, or none.")
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _lock = threading.Lock()
@@ -56,12 +74,10 @@ def _check(q, k, v, causal, softmax_scale) -> None:
 
 
 def _check_scale(causal, softmax_scale) -> None:
-    """causal and softmax_scale, as every op takes them."""
-    if not isinstance(causal, bool):
-        raise ArgumentError(f"causal: {causal!r} is not True or False", "causal")
+    """causal and softmax_scale, as every op takes them (the op's schema wants a bool and a Python int or float)."""
+    boolean("causal", causal, ArgumentError)
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and
-                                          not isinstance(softmax_scale, bool) and
-                                          math.isfinite(softmax_scale) and softmax_scale > 0):
+                                          0 < number("softmax_scale", softmax_scale, ArgumentError) < math.inf):
         raise ArgumentError(f"softmax_scale: {softmax_scale!r} is not a finite number > 0", "softmax_scale")
 
 
@@ -94,6 +110,7 @@ def _backward_kernel(*config) -> _api.BackwardKernel:
 
 
 def _tensor(x: torch.Tensor) -> "_lib.Tensor":
+    # torch's strides are int64 and its pointers fit a void*, as the struct's fields: nothing can wrap here.
     # A dim of extent 1 is never stepped over, and torch may give it any stride (unsqueeze, expand): pass 0.
     n, s = x.shape, x.stride()
     return _lib.Tensor(x.data_ptr(), s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0, s[2] if n[2] > 1 else 0)
@@ -121,8 +138,10 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
             lse.fill_(math.inf)
         return o, lse
     kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
-    args = _lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
-                            lse.data_ptr() if return_lse else None, b, sq, sk)
+    # Sizes through fill(): a stride-0 expand makes a dim of 2**32 + 64 cost no memory, and ctypes would pass it as 64.
+    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
+                                 lse.data_ptr() if return_lse else None),
+                ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk)
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -161,9 +180,10 @@ def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, determinis
         return dq.zero_(), dk.zero_(), dvv.zero_()
     kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
     workspace = torch.empty(kernel.workspace_bytes(b, sq, sk), dtype=torch.uint8, device=q.device)
-    args = _lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
-                             lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq), _tensor(dk),
-                             _tensor(dvv), b, sq, sk, workspace.data_ptr(), workspace.numel(), int(deterministic))
+    args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
+                                  lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq),
+                                  _tensor(dk), _tensor(dvv)), ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk,
+                workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), deterministic=int(deterministic))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv
 
@@ -268,8 +288,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     tensor. With return_lse, also the float32 [batch, heads_q, seqlen_q] natural-log sum-exp of the scaled scores
     (gradients may flow through it too). Gradients for q, k and v come from librtattn's backward kernels (dK and dV
     per KV head); deterministic=True makes them bitwise reproducible run to run, at some cost."""
-    if not isinstance(deterministic, bool):
-        raise ArgumentError(f"deterministic: {deterministic!r} is not True or False", "deterministic")
+    boolean("deterministic", deterministic, ArgumentError)
+    boolean("return_lse", return_lse, ArgumentError)
     if _plain_eager(q, k, v):
         # The same implementation without the dispatcher's round trip through the custom op (about half the
         # per-call host cost; docs/PERFORMANCE.md).
