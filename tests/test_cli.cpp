@@ -131,6 +131,33 @@ TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that
     CHECK(seen.size() == 4);
 }
 
+TEST_CASE("rtattn bench --vs-padded times each head dim against the next multiple of 16", "[cli]") {
+    const Cli cli;
+    CHECK(cli("bench --head-dim-range 32:300:4").code == 2);  // past 256
+    CHECK(cli("bench --head-dim-range 4:2:1").code == 2);
+    CHECK(cli("bench --vs-padded --decode").code == 2);
+    const bool gpu = !cli.json_of("info --json")["device"].is_null();
+    const std::string out = (cli.scratch.path() / "padded.json").string();
+    const Result r = cli("bench --vs-padded --head-dim-range 24:32:4 --seqlens 256 --tokens 512 --reps 3 --causal false "
+                         "--json-out '" + out + "'");
+    if (!gpu) {
+        CHECK(r.code == 1);
+        return;
+    }
+    REQUIRE(r.code == 0);
+    const json& rows = json::parse(rtattn::test::read_file(out))["results"];
+    // d24 with d32, d28 with d32, d32 alone: 5 rows, the off-grid ones with their ratio to the ideal.
+    REQUIRE(rows.size() == 5);
+    int with_ratio = 0;
+    for (const auto& row : rows)
+        if (row.contains("vs_padded_ideal")) {
+            ++with_ratio;
+            CHECK(row["d"].get<int>() % 16 != 0);
+            CHECK(row["vs_padded_ideal"].get<double>() > 0);
+        }
+    CHECK(with_ratio == 2);
+}
+
 TEST_CASE("rtattn render prints the source; --verbose adds the ptxas report", "[cli]") {
     const Cli cli;
     const Result r = cli("render --head-dim 132 --arch sm_90a");

@@ -14,10 +14,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "api/resolver.hpp"
 #include "common.hpp"
+#include "util/text.hpp"
 #include "driver/driver.hpp"
 #include "core/rtattn.hpp"
 
@@ -44,6 +46,19 @@ std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed
         }
     }
     return out;
+}
+
+std::vector<int> head_dim_range(const std::string& spec) {
+    int lo = 0, hi = 0, step = 0;
+    char end = 0;
+    if (std::sscanf(spec.c_str(), "%d:%d:%d%c", &lo, &hi, &step, &end) != 3 || lo < 1 || hi > 256 || lo > hi ||
+        step < 1)
+        throw ConfigError("--head-dim-range", fmt::format("{} is not lo:hi:step with 1 <= lo <= hi <= 256 and step >= "
+                                                          "1",
+                                                          util::quoted(spec)));
+    std::vector<int> dims;
+    for (int d = lo; d <= hi; d += step) dims.push_back(d);
+    return dims;
 }
 
 double median(std::vector<double> v) {
@@ -252,6 +267,35 @@ std::vector<int> varlen_lengths(const BenchOptions& o) {
     return v;
 }
 
+int pad16(int d) { return (d + 15) / 16 * 16; }
+
+// --vs-padded: `ours` and, for a head dim off the 16 grid, the same shape at pad16(d), launched round-robin; the row
+// of `ours` gets the ratio to pad16's TFLOPS scaled by d / pad16(d) (useful FLOPs are counted with the real d).
+template <class Finish>
+void run_against_padded(std::unique_ptr<Case> ours, Runtime& rt, const BenchOptions& o, Timer& timer,
+                        Finish& finish, std::FILE* table) {
+    std::vector<std::unique_ptr<Case>> group;
+    group.push_back(std::move(ours));
+    const Case& c = *group[0];
+    if (c.d % 16 != 0) {
+        BenchOptions same_heads = o;
+        same_heads.heads = c.H;
+        group.push_back(prepare(rt, same_heads, pad16(c.d), c.S, c.causal, c.dtype));
+    }
+    for (int i = 0; i < o.warmup; ++i)
+        for (auto& g : group) timer.launch(*g, false);
+    for (int i = 0; i < o.reps; ++i)
+        for (auto& g : group) timer.launch(*g, true);
+    if (group.size() == 1) return finish(*group[0], std::nullopt);
+    const double ours_tf = group[0]->flops / (median(group[0]->ms) * 1e-3) / 1e12;
+    const double pad_tf = group[1]->flops / (median(group[1]->ms) * 1e-3) / 1e12;
+    const double ideal = pad_tf * c.d / pad16(c.d);
+    finish(*group[1], std::nullopt);
+    finish(*group[0], ours_tf / ideal);
+    fmt::print(table, "# d{} causal={}: {:.1f} TFLOPS = {:.3f}x the ideal {:.1f} (d{} at {:.1f} x {}/{})\n", c.d,
+               c.causal, ours_tf, ours_tf / ideal, ideal, pad16(c.d), pad_tf, c.d, pad16(c.d));
+}
+
 int run_throughput(const BenchOptions& o) {
     std::FILE* table = o.json ? stderr : stdout;
     Runtime rt(o.runtime);
@@ -260,6 +304,9 @@ int run_throughput(const BenchOptions& o) {
                dev.driver_version, version(), o.backward ? "backward alone (FLOPs 2.5x forward)" : "forward",
                o.backward && o.deterministic ? ", deterministic" : "", o.arch.empty() ? "" : ", kernels for " + o.arch,
                o.interleave ? ", shapes interleaved launch by launch" : "");
+    if (o.vs_padded)
+        fmt::print(table, "# each head dim off the 16 grid interleaved with the same shape at the next multiple of 16; "
+                          "ideal = that kernel's TFLOPS x d / pad16(d)\n");
     if (o.varlen)
         fmt::print(table, "# varlen: {} sequences, lengths uniform in {} (S: their mean, marked v), against a dense "
                           "batch of the same tokens\n",
@@ -272,8 +319,9 @@ int run_throughput(const BenchOptions& o) {
     // Interleaved, every shape is prepared first and each round launches each shape once: drift in the clock
     // (power, temperature) then falls on all shapes alike, which is what a ratio between shapes needs.
     std::vector<std::unique_ptr<Case>> cases;
-    auto finish = [&](Case& c) {
+    auto finish = [&](Case& c, std::optional<double> vs_ideal = std::nullopt) {
         auto j = result(c);
+        if (vs_ideal) j["vs_padded_ideal"] = *vs_ideal;
         print_row(table, j);
         rows.push_back(std::move(j));
     };
@@ -294,6 +342,10 @@ int run_throughput(const BenchOptions& o) {
                             continue;
                         }
                         auto c = prepare(rt, o, d, S, causal, dt);
+                        if (o.vs_padded) {
+                            run_against_padded(std::move(c), rt, o, timer, finish, table);
+                            continue;
+                        }
                         if (o.interleave) {
                             cases.push_back(std::move(c));
                             continue;
@@ -314,7 +366,8 @@ int run_throughput(const BenchOptions& o) {
     for (std::size_t i = 0; o.varlen && i + 1 < cases.size(); i += 2)
         fmt::print(table, "# d{} causal={}: varlen {:.3f}x the dense TFLOPS\n", cases[i]->d, cases[i]->causal,
                    rows[i + 1]["tflops"].get<double>() / rows[i]["tflops"].get<double>());
-    write_results(o, o.interleave ? "throughput, interleaved" : "throughput", std::move(rows));
+    write_results(o, o.vs_padded ? "throughput, against the padded head dim" : o.interleave ? "throughput, interleaved" : "throughput",
+                  std::move(rows));
     return failures ? 1 : 0;
 }
 
@@ -368,6 +421,11 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     auto causal = std::make_shared<std::string>("both");
     auto* cmd = app.add_subcommand("bench", "forward or backward TFLOPS over a shape grid (needs a GPU), or JIT latency");
     cmd->add_option("--head-dim", o->head_dims, "head dims (comma-separated list)")->delimiter(',')->type_name("D");
+    auto range = std::make_shared<std::string>();
+    cmd->add_option("--head-dim-range", *range, "head dims lo:hi:step, e.g. 32:256:4 (replaces --head-dim)");
+    cmd->add_flag("--vs-padded", o->vs_padded,
+                  "time each head dim off the 16 grid interleaved with the next multiple of 16 and report it against "
+                  "that kernel's TFLOPS x d/pad16(d) (forward or --backward)");
     cmd->add_option("--seqlens", o->seqlens, "sequence lengths; batch = tokens / seqlen")->delimiter(',');
     cmd->add_option("--dtype", o->dtypes, "bf16, fp16")->delimiter(',');
     cmd->add_option("--causal", *causal, "true, false or both (default both)")
@@ -402,8 +460,12 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     cmd->add_option("--varlen-seqs", o->varlen_seqs, "with --varlen: sequences (default 64)")->check(CLI::Range(1, 65535));
     cmd->add_option("--varlen-lens", o->varlen_lens, "with --varlen: lengths uniform in min:max (default 64:4096)");
     auto* gqa = cmd->get_option("--gqa");
-    cmd->callback([&action, &g, o, causal, gqa] {
-        action = [&g, o, causal, gqa] {
+    cmd->callback([&action, &g, o, causal, gqa, range] {
+        action = [&g, o, causal, gqa, range] {
+            if (!range->empty()) o->head_dims = head_dim_range(*range);
+            if (o->vs_padded && (o->decode || o->varlen || o->latency))
+                throw ConfigError("--vs-padded", "is for the throughput benchmark (not with --decode, --varlen or "
+                                                 "--latency)");
             if (o->decode && gqa->count() == 0) o->gqa = 4;
             if (o->decode && *causal == "both") *causal = "false";
             if (*causal != "both") o->causal = {*causal == "true"};

@@ -39,7 +39,14 @@ struct BenchOptions {
     bool varlen = false;
     int varlen_seqs = 64;
     std::string varlen_lens = "64:4096";
+    // --vs-padded: each head dim that is not a multiple of 16 timed interleaved with the kernel at the next multiple
+    // of 16 (same heads and tokens), and reported against that kernel's TFLOPS x d / pad16(d): what the head dim would
+    // get if it cost only its padding (issue 26's ideal).
+    bool vs_padded = false;
 };
+
+// --head-dim-range "lo:hi:step" (e.g. 32:256:4): the head dims lo, lo+step, ..., up to hi, each 1..256.
+std::vector<int> head_dim_range(const std::string& spec);
 
 // Shared by the throughput and decode benchmarks.
 std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed);
