@@ -22,7 +22,7 @@ std::vector<Case> matrix_cases() {
     // MHA, GQA (group 4) and MQA; seqlens that are tile multiples of nothing, with seqlen_q != seqlen_k.
     constexpr std::pair<int, int> kHeads[] = {{4, 4}, {8, 2}, {4, 1}};
     std::vector<Case> out;
-    for (int d : {1, 8, 17, 32, 48, 64, 80, 96, 100, 128, 132, 136, 144, 160, 192, 256})
+    for (int d : {1, 8, 17, 32, 44, 48, 64, 76, 80, 96, 100, 128, 132, 136, 140, 144, 160, 192, 255, 256})
         for (Dtype dt : kDtypes)
             for (bool causal : kCausal)
                 for (auto [hq, hkv] : kHeads)
@@ -51,11 +51,12 @@ std::vector<Case> shape_cases() {
 }
 
 std::vector<Case> stride_cases() {
-    // vec widths 1 (d17), 8 (d64), 4 (d100, d132: split rows on sm_90a); d256 (the largest tiles); and
+    // vec widths 1 (d17), 8 (d64), 4 (d100, d132: split rows on sm_90a; d140 cooperative); d256 (the largest tiles); and
     // head_dim_v != head_dim_qk. Split rows load with TMA where a layout keeps rows 8 bytes from 16-byte
     // boundaries at most (contiguous, packed, shifted: K/V heads alternate or swap alignment), else with cp.async.
-    constexpr std::pair<int, int> kDims[] = {{17, 17},   {64, 64},   {100, 100}, {132, 132},
-                                             {256, 256}, {192, 128}, {132, 100}};
+    // d140 and d76/140: 4 mod 8 outside the split rows (the cooperative kernel on sm_90a).
+    constexpr std::pair<int, int> kDims[] = {{17, 17},   {64, 64},   {100, 100}, {132, 132}, {140, 140},
+                                             {256, 256}, {192, 128}, {132, 100}, {76, 140}};
     constexpr Layout kLayouts[] = {Layout::contiguous, Layout::padded,    Layout::head_major,
                                    Layout::packed_qkv, Layout::shared_kv, Layout::shifted};
     std::vector<Case> out;
@@ -107,7 +108,7 @@ TEST_CASE("forward matches the float64 reference: head_dim x dtype x causal x MH
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     const auto cases = matrix_cases();
-    REQUIRE(cases.size() == 16 * 2 * 2 * 3);  // head dims x dtypes x causal x head layouts
+    REQUIRE(cases.size() == 20 * 2 * 2 * 3);  // head dims x dtypes x causal x head layouts
     run_table("matrix", cases);
 }
 

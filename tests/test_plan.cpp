@@ -101,7 +101,7 @@ TEST_CASE("swizzled wgmma tiles keep every K/V tile on a 1024-byte swizzle atom"
             CHECK(p.block_m * p.pad_qk * 2 % 1024 == 0);
         }
     // 96-key tiles of d_v 152 would end mid-atom: the plan narrows the key tile rather than mis-address wgmma.
-    const auto p = plan(cfg(145, "sm_90a"), "128,96,8,1,2,0,2,1,8,0");
+    const auto p = plan(cfg(146, "sm_90a"), "128,96,8,1,2,0,2,1,8,0");
     CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
     CHECK(p.block_n < 96);
 }
@@ -157,6 +157,21 @@ TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the t
     CHECK(!plan(cfg(116, "sm_90a")).split_rows);       // 112 TMA columns would end inside a 64-wide panel
     CHECK(!plan(cfg(128, "sm_90a")).split_rows);
     CHECK(!plan(cfg(132, "sm_90a"), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
+}
+
+TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync, the others the cooperative kernel",
+          "[plan]") {
+    for (int d = 1; d <= 256; ++d) {
+        CAPTURE(d);
+        const auto p = plan(cfg(d, "sm_90a"));
+        const bool split_rows = d >= 36 && d % 32 == 4;
+        const bool mma = d % 2 == 1 || (d % 8 == 4 && d <= 64 && !split_rows);
+        CHECK((p.family == &rtattn::kernels::fwd_mma()) == mma);
+        if (mma) CHECK(p.reason.find("mma.sync kernel beat") != std::string::npos);
+    }
+    CHECK(plan(cfg(76, "sm_90a")).family == &rtattn::kernels::fwd_sm90());   // cooperative stayed ahead
+    CHECK(plan(cfg(36, "sm_90a")).family == &rtattn::kernels::fwd_sm90_ws()); // split rows: TMA
+    CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());   // 2 mod 4: not measured, unchanged
 }
 
 TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in an 8-wide one", "[plan]") {

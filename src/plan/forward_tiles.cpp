@@ -99,6 +99,16 @@ bool tma_addressable(const KernelPlan& p) {
     return (p.vec_qk == 8 && p.vec_v == 8) || geometry::split_rows_fit(p.head_dim_qk, p.head_dim_v);
 }
 
+// Where the Hopper kernels have no TMA path, the mma.sync kernel ran faster than the cooperative wgmma one for odd
+// head dims (2-byte loads: 1.03-1.40x) and for d<=64 of 4 mod 8 (1.22-1.41x); for the wider 4 mod 8 dims the
+// cooperative kernel stayed ahead or even (d76 0.91x, d108 1.02x, d140 0.91x, d252 0.87x with mma.sync). Head dims
+// of 2 mod 4 were not measured and keep the cooperative kernel. H100, `.devbuild/mma26.sh`, docs/PERFORMANCE.md.
+bool mma_beats_cp_async(const KernelPlan& p) {
+    const bool odd = p.vec_qk == 1 || p.vec_v == 1;
+    const bool narrow_4_mod_8 = std::max(p.pad_qk, p.pad_v) <= 64 && p.vec_qk == 4 && p.vec_v == 4;
+    return odd || narrow_4_mod_8;
+}
+
 }  // namespace
 
 void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only) {
@@ -126,6 +136,14 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only) {
     p.pad_v = geometry::round_up(p.head_dim_v, p.pv_step);  // the row's max_pad is a multiple of 16: still covered
     p.wide_v = true;  // a request: the family keeps it only where it applies
     p.reason = row->why;
+    if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {
+        choose_forward_tile(p, a, true);
+        p.reason += "; sm_90a without TMA (odd head dim, or d<=64 of 4 mod 8): the mma.sync kernel beat the "
+                    "cooperative wgmma one on cp.async (H100, bf16, S=16k, TFLOPS non-causal/causal: d44 218/205 vs "
+                    "167/159, d60 270/251 vs 216/206, d33 71/58 vs 51/42, d99 78/60 vs 56/55, d131 59/62 vs 54/56, "
+                    "d255 57/60 vs 55/56)";
+        return;
+    }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p)) {
         // No TMA: the warp-specialized kernel on cp.async ran slower than the cooperative kernel (d132: 243 vs 253
         // TFLOPS; d100: 146).
