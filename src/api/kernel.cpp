@@ -147,7 +147,7 @@ bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std:
 // The KV cache of a decode or paged call: dense, or paged through a block table that covers seqlen_k.
 void validate_cache_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
     if (p.paged_kv) {
-        // k and v are [pages, page_size, heads_kv, d]: the page count is not known here, so one page is checked.
+        // k and v are [num_pages, page_size, heads_kv, d]: the pool's extent is checked with the page count given.
         if (a.page_size < 1 || a.page_size > 256 || (a.page_size & (a.page_size - 1)) != 0)
             throw ArgumentError("page_size", fmt::format("{} is not allowed; a power of two in 1..256", a.page_size));
         // The kernels clamp table entries into the pages, so the pool's size is part of the call.
