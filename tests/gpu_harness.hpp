@@ -53,6 +53,7 @@ enum class Layout {
     packed_qkv,  // Q, K and V interleaved in one [batch, seq, heads_q + 2 heads_kv, dim] buffer; O padded
     shared_kv,   // K and V with batch_stride 0: one K/V shared by every batch entry (inputs may alias)
     shifted,     // contiguous, but starting one vector into the buffer (d132: even heads 8 bytes off 16)
+    head_gaps,   // a gap of poison (NaN) after each head, rows 16-byte multiples (d140: heads 144 + 8 apart)
 };
 
 const char* to_string(Layout l);

@@ -28,6 +28,7 @@ const char* to_string(Layout l) {
         case Layout::packed_qkv: return "packed-qkv";
         case Layout::shared_kv: return "shared-kv";
         case Layout::shifted: return "shifted";
+        case Layout::head_gaps: return "head-gaps";
     }
     return "?";
 }
@@ -55,6 +56,13 @@ Placement shifted(int buffer, Shape sh) {
     Placement p = dense(buffer, sh);
     p.offset = vec_width(sh.dim);
     return p;
+}
+
+// NaN gaps after each head where rows stay 16-byte multiples (TMA-addressable): a kernel reading past a head's end
+// meets NaN, which must not reach O.
+Placement head_gaps(int buffer, Shape sh) {
+    const std::int64_t hs = (sh.dim + 7) / 8 * 8 + 8, ss = hs * sh.heads, bs = ss * sh.seqlen;
+    return strided(buffer, 0, sh, hs, ss, bs);
 }
 
 Placement head_major(int buffer, Shape sh) {
@@ -91,6 +99,9 @@ static void place_tensors(Problem& p) {
         }
         case Layout::shifted:
             p.q = shifted(0, qs), p.k = shifted(1, ks), p.v = shifted(2, vs), p.o = shifted(3, os);
+            break;
+        case Layout::head_gaps:
+            p.q = head_gaps(0, qs), p.k = head_gaps(1, ks), p.v = head_gaps(2, vs), p.o = head_gaps(3, os);
             break;
         case Layout::shared_kv: {
             p.q = dense(0, qs), p.o = dense(3, os);

@@ -73,7 +73,7 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
     CHECK_FALSE(j.contains("plan"));
 
     SECTION("with config flags it shows the plan and the padding waste") {
-        const json info = cli.json_of("info --json --head-dim 132 --arch sm_90a")["plan"];
+        const json info = cli.json_of("info --json --head-dim 132 --heads-q 16 --arch sm_90a")["plan"];
         CHECK(info["cached"] == false);
         CHECK(info["key"].get<std::string>().size() == 64);
         const json& p = info["plan"];  // the whole plan, as the cache entry and the stub record it
@@ -299,7 +299,7 @@ TEST_CASE("rtattn precompile --pass builds backward kernels, and --cache-only ch
     const Result missing = cli("precompile --head-dim 96 --dtype bf16 --causal true --arch sm_80 --pass backward "
                                "--cache-only");
     CHECK(missing.code == 1);
-    CHECK(missing.all().find("d96 bf16 causal h1:1 sm_80 (backward)") != std::string::npos);
+    CHECK(missing.all().find("d96 bf16 causal h8:8 sm_80 (backward)") != std::string::npos);
     const Result bad = cli("precompile --head-dim 80 --arch sm_80 --pass sideways");
     CHECK(bad.code == 2);
     CHECK(bad.all().find("--pass") != std::string::npos);

@@ -51,14 +51,14 @@ std::vector<Case> shape_cases() {
 }
 
 std::vector<Case> stride_cases() {
-    // vec widths 1 (d17), 8 (d64), 4 (d100, d132: split rows on sm_90a; d140 cooperative); d256 (the largest tiles); and
-    // head_dim_v != head_dim_qk. Split rows load with TMA where a layout keeps rows 8 bytes from 16-byte
-    // boundaries at most (contiguous, packed, shifted: K/V heads alternate or swap alignment), else with cp.async.
-    // d140 and d76/140: 4 mod 8 outside the split rows (the cooperative kernel on sm_90a).
+    // vec widths 1 (d17), 8 (d64), 4 (d100, d132, d140, d132/100: split rows on sm_90a; d76/140 the cooperative
+    // kernel); d256 (the largest tiles); and head_dim_v != head_dim_qk. Split rows load
+    // with TMA where a layout keeps rows 8 bytes from 16-byte boundaries at most (contiguous, packed, shifted, head
+    // gaps: K/V heads alternate or swap alignment, NaN between heads), else with cp.async.
     constexpr std::pair<int, int> kDims[] = {{17, 17},   {64, 64},   {100, 100}, {132, 132}, {140, 140},
                                              {256, 256}, {192, 128}, {132, 100}, {76, 140}};
-    constexpr Layout kLayouts[] = {Layout::contiguous, Layout::padded,    Layout::head_major,
-                                   Layout::packed_qkv, Layout::shared_kv, Layout::shifted};
+    constexpr Layout kLayouts[] = {Layout::contiguous, Layout::padded,  Layout::head_major, Layout::packed_qkv,
+                                   Layout::shared_kv,  Layout::shifted, Layout::head_gaps};
     std::vector<Case> out;
     for (auto [dqk, dv] : kDims)
         for (Layout layout : kLayouts)
@@ -72,6 +72,23 @@ std::vector<Case> stride_cases() {
     // LSE is optional: with a null pointer nothing may be written to where it would have gone.
     for (int d : {64, 132})
         out.push_back({.d_qk = d, .d_v = d, .causal = true, .seqlen_q = 300, .seqlen_k = 77, .with_lse = false});
+    return out;
+}
+
+std::vector<Case> split_row_cases() {
+    // Head dims of 4 mod 8 load K/V through split rows on sm_90a (TMA for the main panels, 4 to 28 columns by the
+    // producer threads; d84 with V padded to 96) where the kv heads make packed rows 16-byte multiples: even counts
+    // here, and d140 with 15 heads does not (the cooperative kernel). d44: mma.sync (a 3-consumer tile). Normal
+    // inputs, several key tiles.
+    constexpr int kShapes[][3] = {{44, 8, 2},  {76, 8, 2},   {108, 6, 2},  {140, 30, 6}, {172, 4, 4},
+                                  {204, 4, 2}, {236, 2, 2},  {140, 15, 15}, {132, 9, 3}, {108, 3, 1},
+                                  {84, 8, 4},  {92, 4, 2},   {156, 6, 2},  {220, 2, 2}};
+    std::vector<Case> out;
+    for (auto [d, hq, hkv] : kShapes)
+        for (Dtype dt : kDtypes)
+            for (bool causal : kCausal)
+                out.push_back({.d_qk = d, .d_v = d, .dtype = dt, .causal = causal, .heads_q = hq, .heads_kv = hkv,
+                               .batch = 2, .seqlen_q = 190, .seqlen_k = 333, .dist = Dist::normal});
     return out;
 }
 
@@ -99,7 +116,8 @@ std::vector<Case> error_cases() {
 }
 
 void warm_all_tables() {
-    warm({matrix_cases(), shape_cases(), stride_cases(), scale_cases(), graph_cases(), error_cases()});
+    warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), scale_cases(), graph_cases(),
+          error_cases()});
 }
 
 }  // namespace
@@ -122,6 +140,12 @@ TEST_CASE("forward honours arbitrary strides and head_dim_v != head_dim_qk", "[g
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     run_table("strides", stride_cases());
+}
+
+TEST_CASE("head dims of 4 mod 8 with kv head counts that do and do not make 16-byte rows", "[gpu]") {
+    SKIP_WITHOUT_GPU();
+    warm_all_tables();
+    run_table("split rows", split_row_cases());
 }
 
 TEST_CASE("softmax_scale override is applied to O and LSE", "[gpu]") {

@@ -286,6 +286,14 @@ TEST_CASE("varlen: head dims, ragged batches with empty and one-token sequences"
         c.lens_k = c.lens_q;                        // self-attention over each sequence
         run_case(c);
     }
+    // Head dims off the 8 grid whose 8 kv heads make 16-byte rows (the row view on sm_90a).
+    for (int d : {33, 90}) {
+        VarlenCase c;
+        c.d_qk = c.d_v = d;
+        c.heads_q = 16, c.heads_kv = 8, c.causal = d == 33;
+        c.lens_q = c.lens_k = ragged(rng, 4, 1, 400);
+        run_case(c);
+    }
 }
 
 TEST_CASE("varlen: queries shorter and longer than keys (bottom-right causal), GQA, MQA", "[gpu][varlen]") {

@@ -17,11 +17,12 @@ using rtattn::AttentionConfig;
 using rtattn::plan::KernelPlan;
 
 namespace {
-AttentionConfig cfg(int d, const char* arch, int dv = 0) {
+AttentionConfig cfg(int d, const char* arch, int dv = 0, int heads = 1) {
     AttentionConfig c;
     c.head_dim_qk = d;
     if (dv) c.head_dim_v = dv;
     c.arch = arch;
+    c.num_heads_q = c.num_heads_kv = heads;
     return c;
 }
 // Plans with a tile override ("" = the table's choice).
@@ -135,62 +136,100 @@ TEST_CASE("mma.sync: FA2's 4-warp shape loads K and V apart, for head dims that 
     CHECK(!plan(cfg(128, "sm_90a"), "128,128,8,1,2,0,1").kv_apart);
 }
 
-TEST_CASE("head dims 32k+4 split rows between TMA and cp.async, only where the tail panel fits", "[plan]") {
+TEST_CASE("head dims of 4 mod 8 split rows between TMA and the producer threads where the tail fits", "[plan]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
-        const auto p = plan(cfg(d, "sm_90a"));
+        const auto p = plan(cfg(d, "sm_90a", 0, 2));  // 2 kv heads: packed rows are 16-byte multiples
         if (!p.split_rows) continue;
-        // The 4 cp.async columns start the tile's last panel (16 wide for K, 8 for V), the TMA part is 64/32 panels.
-        CHECK(d % 32 == 4);
+        // TMA fills every panel but the last (64/32 wide), the threads 4 to 28 columns at the last one's start.
+        const int tail = d - rtattn::geometry::split_main(p.pad_qk);
+        CHECK(d % 8 == 4);
         CHECK(producer(p));
         CHECK(p.swizzle);
-        CHECK(p.pad_qk == d - 4 + 16);
-        CHECK((p.pad_v == d - 4 + 8 || p.pad_v == d - 4 + 16));
+        CHECK((tail >= 4 && tail <= 28));
+        CHECK(rtattn::geometry::split_main(p.pad_qk) % 32 == 0);
         CHECK(p.kernel().find("split rows") != std::string::npos);
     }
-    for (int d : {68, 100, 132, 164, 196, 228}) {
+    for (int d : {36, 68, 76, 84, 92, 100, 108, 132, 140, 148, 156, 164, 172, 196, 204, 212, 220, 228, 236}) {
         CAPTURE(d);
-        CHECK(plan(cfg(d, "sm_90a")).split_rows);
-        CHECK(!plan(cfg(d, "sm_80")).split_rows);  // mma.sync kernels load with cp.async only
+        CHECK(plan(cfg(d, "sm_90a", 0, 2)).split_rows);
+        CHECK(plan(cfg(d, "sm_90a", 0, 16)).split_rows);
+        CHECK(!plan(cfg(d, "sm_80", 0, 2)).split_rows);  // mma.sync kernels load with cp.async only
+        // One kv head (or 15): packed rows of d elements are 8 bytes off 16, so no map fits; no producer family.
+        CHECK(!plan(cfg(d, "sm_90a", 0, 1)).split_rows);
+        CHECK(!plan(cfg(d, "sm_90a", 0, 15)).split_rows);
     }
-    CHECK(!plan(cfg(132, "sm_90a", 128)).split_rows);  // d_v 128: TMA takes whole V rows, not split ones
-    CHECK(!plan(cfg(116, "sm_90a")).split_rows);       // 112 TMA columns would end inside a 64-wide panel
-    CHECK(!plan(cfg(128, "sm_90a")).split_rows);
-    CHECK(!plan(cfg(132, "sm_90a"), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
+    // Tails of 52-60 columns (the last panel 64 wide), no main part (d52, d60), or 3 consumer warpgroups with more
+    // than one tail piece (d44): not split.
+    for (int d : {44, 52, 60, 116, 124, 180, 188, 244, 252}) {
+        CAPTURE(d);
+        CHECK(!plan(cfg(d, "sm_90a", 0, 2)).split_rows);
+    }
+    CHECK(!plan(cfg(132, "sm_90a", 128, 2)).split_rows);  // d_v 128: TMA takes whole V rows, not split ones
+    CHECK(plan(cfg(132, "sm_90a", 100, 2)).split_rows);   // one tail vector each
+    // V padded to 16 where 8 would end in an 8-wide panel off the 32-column grid (d84: 64 + 16 + 8).
+    CHECK(plan(cfg(84, "sm_90a", 0, 2)).pad_v == 96);
+    CHECK(plan(cfg(84, "sm_90a", 0, 1)).pad_v == 88);  // no split rows: V keeps its padding to 8
+    CHECK(plan(cfg(140, "sm_90a", 0, 2)).pad_v == 144);
+    CHECK(plan(cfg(76, "sm_90a", 140, 2)).family == &rtattn::kernels::fwd_sm90());  // 3 + 3 in two loops spilled
+    CHECK(!plan(cfg(128, "sm_90a", 0, 2)).split_rows);
+    CHECK(!plan(cfg(132, "sm_90a", 0, 2), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
+}
+
+TEST_CASE("kv heads enter a kernel only through whether packed K/V rows are 16-byte multiples", "[plan]") {
+    using rtattn::plan::kernel_relevant;
+    using rtattn::plan::kv_rows_16b;
+    CHECK(kv_rows_16b(cfg(140, "sm_90a", 0, 2)));
+    CHECK(!kv_rows_16b(cfg(140, "sm_90a", 0, 15)));
+    CHECK(kv_rows_16b(cfg(128, "sm_90a", 0, 15)));
+    CHECK(!kv_rows_16b(cfg(33, "sm_90a", 0, 4)));
+    CHECK(kv_rows_16b(cfg(33, "sm_90a", 0, 8)));
+    CHECK(kernel_relevant(cfg(140, "sm_90a", 0, 2)).to_json() == kernel_relevant(cfg(140, "sm_90a", 0, 16)).to_json());
+    CHECK(kernel_relevant(cfg(140, "sm_90a", 0, 15)).to_json() != kernel_relevant(cfg(140, "sm_90a", 0, 16)).to_json());
+    CHECK(kernel_relevant(cfg(128, "sm_90a", 0, 15)).to_json() == kernel_relevant(cfg(128, "sm_90a", 0, 16)).to_json());
+    auto scaled = cfg(132, "sm_90a", 0, 4);
+    scaled.softmax_scale = 0.5;
+    CHECK(kernel_relevant(scaled).to_json() == kernel_relevant(cfg(132, "sm_90a", 0, 2)).to_json());
+    CHECK(plan(cfg(140, "sm_90a", 0, 15)).family == &rtattn::kernels::fwd_sm90());
+    CHECK(plan(cfg(140, "sm_90a", 0, 16)).family == &rtattn::kernels::fwd_sm90_ws());
 }
 
 TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync, the others the cooperative kernel",
           "[plan]") {
-    for (int d = 1; d <= 256; ++d) {
-        CAPTURE(d);
-        const auto p = plan(cfg(d, "sm_90a"));
-        const bool split_rows = d >= 36 && d % 32 == 4;
-        const bool mma = d % 2 == 1 || (d % 8 == 4 && d <= 64 && !split_rows);
-        CHECK((p.family == &rtattn::kernels::fwd_mma()) == mma);
-        if (mma) CHECK(p.reason.find("mma.sync kernel beat") != std::string::npos);
+    for (int heads : {1, 2}) {
+        for (int d = 1; d <= 256; ++d) {
+            CAPTURE(heads, d);
+            const auto p = plan(cfg(d, "sm_90a", 0, heads));
+            const bool split_rows = heads == 2 && p.split_rows;
+            const bool mma = d % 2 == 1 || (d % 8 == 4 && d <= 64 && !split_rows);
+            CHECK((p.family == &rtattn::kernels::fwd_mma()) == mma);
+            if (mma) CHECK(p.reason.find("mma.sync kernel beat") != std::string::npos);
+        }
     }
-    CHECK(plan(cfg(76, "sm_90a")).family == &rtattn::kernels::fwd_sm90());   // cooperative stayed ahead
-    CHECK(plan(cfg(36, "sm_90a")).family == &rtattn::kernels::fwd_sm90_ws()); // split rows: TMA
-    CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());   // 2 mod 4: not measured, unchanged
+    CHECK(plan(cfg(124, "sm_90a", 0, 2)).family == &rtattn::kernels::fwd_sm90());   // cooperative stayed ahead
+    CHECK(plan(cfg(76, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_sm90());
+    CHECK(plan(cfg(36, "sm_90a", 0, 2)).family == &rtattn::kernels::fwd_sm90_ws());  // split rows: TMA
+    CHECK(plan(cfg(36, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_mma());
+    CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());  // 2 mod 4: not measured, unchanged
 }
 
 TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in an 8-wide one", "[plan]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
-        const auto p = plan(cfg(d, "sm_90a"));
+        const auto p = plan(cfg(d, "sm_90a", 0, 2));
         if (!p.wide_v) continue;
         CHECK(producer(p));
         CHECK(p.swizzle);
         CHECK(p.pad_v % 16 == 8);  // only where per-width panels would end in an 8-wide one
-        if (p.split_rows) CHECK((d - 4) % 64 == 0);
+        if (p.split_rows) CHECK(rtattn::geometry::split_fits(d, rtattn::geometry::v_tile_cols(p.pad_v, true)));
         CHECK(p.kernel().find("one PV instruction") != std::string::npos);
     }
-    const auto d132 = plan(cfg(132, "sm_90a"));
+    const auto d132 = plan(cfg(132, "sm_90a", 0, 2));
     CHECK(d132.wide_v);
     CHECK(d132.smem_bytes ==
           rtattn::geometry::fwd_sm90_ws_smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, false) +
               2 * d132.stages * d132.block_n * (192 - 136));
-    CHECK(!plan(cfg(100, "sm_90a")).wide_v);  // split rows whose TMA part (96) ends inside a 64-column panel
+    CHECK(!plan(cfg(100, "sm_90a", 0, 2)).wide_v);  // split rows: V's tail (36) would not fit the last panel
     CHECK(!plan(cfg(128, "sm_90a")).wide_v);  // one 128-wide instruction already
     CHECK(!plan(cfg(96, "sm_90a")).wide_v);   // 64 + 32: timed no faster as one instruction
     CHECK(plan(cfg(136, "sm_90a")).wide_v);

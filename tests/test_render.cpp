@@ -19,6 +19,7 @@ rtattn::render::RenderedSource render_for(int d, bool causal, const char* arch) 
     c.head_dim_qk = d;
     c.causal = causal;
     c.arch = arch;
+    c.num_heads_q = c.num_heads_kv = 2;  // packed K/V rows of 16-byte multiples: split rows for d132 on sm_90a
     return rtattn::kernels::render_plan(rtattn::plan::plan(c));
 }
 }  // namespace

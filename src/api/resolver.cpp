@@ -56,11 +56,9 @@ std::shared_ptr<const Resolved> Resolver::resolve(AttentionConfig c) {
         std::lock_guard<std::mutex> lock(mu_);
         if (auto it = by_config_.find(config_key); it != by_config_.end()) return it->second;
     }
-    // The kernel-relevant part: heads and the softmax scale are launch parameters.
-    AttentionConfig kernel = c;
-    kernel.num_heads_q = kernel.num_heads_kv = 1;
-    kernel.softmax_scale.reset();
-    const std::string kernel_key = kernel.to_json();
+    // The kernel-relevant part: heads (but for whether packed K/V rows are 16-byte multiples) and the softmax scale
+    // are launch parameters.
+    const std::string kernel_key = plan::kernel_relevant(c).to_json();
     std::shared_ptr<const Resolved> same_kernel;
     {
         std::lock_guard<std::mutex> lock(mu_);

@@ -70,7 +70,8 @@ View whole_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch) {
 
 // Split rows: kv heads of parity `cls` (every other head, so the map's head stride is a multiple of 16 bytes).
 // Their rows start 16-byte aligned or 8 bytes past (rot = 0 or 4 columns); the map covers the d-4 columns from
-// the first 16-byte boundary, the kernel moves the other 4 itself.
+// the first 16-byte boundary, of which the boxes read the tile's main part (geometry::split_main); the kernel moves
+// the rest itself.
 View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, int cls, int& rot) {
     const auto* head0 = static_cast<const unsigned char*>(t.ptr) + std::int64_t(cls) * t.head_stride * 2;
     rot = reinterpret_cast<std::uintptr_t>(head0) % 16 == 0 ? 0 : geometry::kSplitTail;
@@ -98,8 +99,11 @@ bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
     for (int cls = 0; cls < std::min(2, heads_kv); ++cls) {
         const View k = split_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch, cls, out.k_rot[cls]);
         const View v = split_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch, cls, out.v_rot[cls]);
-        if (!encode_view(out.k_map + 2 * cls, k, k.cols, p.block_n, p.bf16, out.tma_seq_dim) ||
-            !encode_view(out.v_map + 2 * cls, v, v.cols, p.block_n, p.bf16, out.tma_seq_dim))
+        // Main parts are multiples of 32 columns: panel kinds 0 and 1 only, the two maps of each class.
+        const int k_main = geometry::split_main(p.pad_qk);
+        const int v_main = geometry::split_main(geometry::v_tile_cols(p.pad_v, p.wide_v));
+        if (!encode_view(out.k_map + 2 * cls, k, k_main, p.block_n, p.bf16, out.tma_seq_dim) ||
+            !encode_view(out.v_map + 2 * cls, v, v_main, p.block_n, p.bf16, out.tma_seq_dim))
             return false;
     }
     return true;
@@ -137,8 +141,8 @@ public:
     const char* name() const override { return "fwd_sm90_ws"; }
     bool runs_on(const arch::Arch& a) const override { return a.wgmma && a.tma && a.setmaxnreg; }
     // Split rows and wide V follow from the tile choice, and are settled again whenever it changes. Wide V (requested
-    // by default, off with the override's 10th field) needs swizzled tiles, and with split rows the TMA part of each
-    // V row must fill whole 64-column panels (a box there would cover the stored columns). It is used only where the
+    // by default, off with the override's 10th field) needs swizzled tiles, and with split rows V's tail must still
+    // fit the last (64-wide) panel (geometry::split_fits). It is used only where the
     // per-width panels end in an 8-wide one: there one n=pad_v instruction per k-step beat n128 + n8 (d132
     // 547-569/562-579 TFLOPS vs 521-552/557-574 on an H200); where they do not, it did not pay (d96 519-579/524-532
     // vs 525-566/540-543, d256 629-647/693-697 vs 659-675/700-701; d80, d160, d192 within noise).
@@ -146,9 +150,9 @@ public:
         p.m_tiles = 1;
         p.q_in_regs = p.kv_apart = false;
         const auto flags = [&] {
-            p.split_rows = p.swizzle && geometry::split_rows_fit(p.head_dim_qk, p.head_dim_v);
+            p.split_rows = p.swizzle && geometry::split_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, p.pad_v);
             p.wide_v = p.wide_v && p.swizzle && p.pad_v % 16 == 8 &&
-                       (!p.split_rows || (p.head_dim_v - geometry::kSplitTail) % 64 == 0);
+                       (!p.split_rows || geometry::split_fits(p.head_dim_v, geometry::v_tile_cols(p.pad_v, true)));
         };
         flags();
         sm90::align_swizzled_tiles(p);

@@ -93,10 +93,18 @@ constexpr TileRow kTiles[] = {
             "FA2's 64x64/4-warp shape by 30% on Hopper"},
 };
 
-// Why a head dim has no TMA path on Hopper: packed [B, S, H, D] heads then start off 16-byte boundaries (a head dim
-// not a multiple of 8), unless the producer splits rows (32k+4).
+// Whether the Hopper kernels can load K/V with TMA: head dims that are multiples of 8 always; 4 mod 8 by split rows
+// (geometry.h) where the tail fits the last panel and the config's kv heads make packed rows 16-byte multiples
+// (the maps' seq stride; a box may not start off 16 bytes, so there is no other way around).
+// The producer holds the next tile's tails in registers: one vector per tensor fits everywhere (d36 with three
+// consumer warpgroups, whose producer has 32 registers); three fit the 64 of two consumers when K and V share a
+// head dim, where d44 (three consumers) and d76/140 (two load loops) spilled 32 bytes.
 bool tma_addressable(const KernelPlan& p) {
-    return (p.vec_qk == 8 && p.vec_v == 8) || geometry::split_rows_fit(p.head_dim_qk, p.head_dim_v);
+    if (p.vec_qk == 8 && p.vec_v == 8) return true;
+    const bool one_vector = p.head_dim_qk - geometry::split_main(p.pad_qk) == geometry::kSplitTail &&
+                            p.head_dim_v - geometry::split_main(p.pad_v) == geometry::kSplitTail;
+    return p.kv_rows_16b && geometry::split_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, p.pad_v) &&
+           (one_vector || (p.warps < 12 && p.head_dim_qk == p.head_dim_v));
 }
 
 // Where the Hopper kernels have no TMA path, the mma.sync kernel ran faster than the cooperative wgmma one for odd
@@ -136,6 +144,16 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only) {
     p.pad_v = geometry::round_up(p.head_dim_v, p.pv_step);  // the row's max_pad is a multiple of 16: still covered
     p.wide_v = true;  // a request: the family keeps it only where it applies
     p.reason = row->why;
+    if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && p.pv_step == 8) {
+        // V padded to 8 may end in an 8-wide panel that leaves V's TMA part off the 32-column grid (d84: 64 + 16 + 8);
+        // padded to 16 it splits like K (64 + 32), for a few percent more PV work instead of the cp.async kernel.
+        KernelPlan v16 = p;
+        v16.pv_step = 16, v16.pad_v = geometry::round_up(p.head_dim_v, 16);
+        if (tma_addressable(v16)) {
+            p.pv_step = v16.pv_step, p.pad_v = v16.pad_v;
+            p.reason += "; V padded to 16 so that its rows split like K's (split rows)";
+        }
+    }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {
         choose_forward_tile(p, a, true);
         p.reason += "; sm_90a without TMA (odd head dim, or d<=64 of 4 mod 8): the mma.sync kernel beat the "

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+
 #include "arch/arch.hpp"
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
@@ -17,6 +19,16 @@ int vector_width(int d) {
     for (int v : {8, 4, 2})
         if (d % v == 0) return v;
     return 1;
+}
+
+bool kv_rows_16b(const AttentionConfig& c) {
+    return std::int64_t(c.num_heads_kv) * c.head_dim_qk % 8 == 0 && std::int64_t(c.num_heads_kv) * c.dv() % 8 == 0;
+}
+
+AttentionConfig kernel_relevant(AttentionConfig c) {
+    c.num_heads_q = c.num_heads_kv = kv_rows_16b(c) ? 8 : 1;  // 8 heads: always 16-byte rows; 1: as the config's
+    c.softmax_scale.reset();
+    return c;
 }
 
 template <class Plan>
@@ -54,6 +66,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     // Hopper families' producers (TMA boxes, strided cp.async) do not gather rows from pages. (The cooperative wgmma
     // kernel with a table lookup per 16-byte copy ran 0.29-0.31x the dense kernel on an H200, mma.sync 0.38-0.42x.)
     p.paged_kv = c.paged_kv;
+    p.kv_rows_16b = kv_rows_16b(c);
     choose_forward_tile(p, ai, /*mma_only=*/c.paged_kv);
     if (c.paged_kv) p.reason += "; paged KV cache: the mma.sync family (the wgmma loads do not gather pages)";
     if (!options.tile_override.empty()) apply_tile_override(p, options.tile_override, options.tile_field);

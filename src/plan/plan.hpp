@@ -33,9 +33,13 @@ struct KernelPlan {
     bool kv_apart = false;    // fwd_mma: a block's K and V loaded as two cp.async groups, V after the softmax
     bool swizzle = false;     // Hopper families: swizzled column panels (else interleaved 8x8 cores)
     bool ping_pong = false;   // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
-    // fwd_sm90_ws, head dims 32k+4 (36, 68, 100, 132, ...): packed heads alternate between 16- and 8-byte aligned
-    // starts, so TMA moves the aligned d-4 columns of each row and the producer threads the other 4.
+    // fwd_sm90_ws, head dims 4 mod 8 whose tail fits the last panel (geometry::split_fits: 36, 44, 68, 76, 100, 108,
+    // 132, 140, ...): packed heads alternate between 16- and 8-byte aligned starts, so TMA moves the aligned main
+    // panels of each row and the producer threads the other 4 to 12 columns.
     bool split_rows = false;
+    // The config's kv heads make packed K/V rows (heads_kv x d elements) a multiple of 16 bytes, as split rows' maps
+    // need: the only way head counts enter a plan (kv_rows_16b below).
+    bool kv_rows_16b = true;
     // fwd_sm90_ws: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
     // per k-step instead of one per panel width (templates: sm90::WideLayout).
     bool wide_v = false;
@@ -64,6 +68,13 @@ struct PlanOptions {
 // Elements per global vector access for rows of `head_dim` 16-bit elements (8, 4, 2 or 1: the largest that divides
 // it): what pointers and strides must be multiples of, for the forward and the backward alike.
 int vector_width(int head_dim);
+
+// Whether packed K and V rows of the config's kv heads (heads_kv x head_dim elements) are 16-byte multiples.
+bool kv_rows_16b(const AttentionConfig& c);
+
+// The config as far as the kernel depends on it: heads only through kv_rows_16b (kept as 8 or 1 heads), no softmax
+// scale. Configs equal here share a kernel (the resolver's memo).
+AttentionConfig kernel_relevant(AttentionConfig c);
 
 // The part of a plan that the config alone fixes, the same for the forward and the backward: validates the config
 // (its one check per resolve), requires a concrete arch, and fills head dims, pads (QK to 16, V to pad_v_step),

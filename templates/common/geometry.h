@@ -37,11 +37,25 @@ RTATTN_GEOMETRY int v_tile_cols(int pad_v, bool wide_v) { return wide_v ? round_
 // 1024 bytes.
 RTATTN_GEOMETRY bool swizzle_aligned(int rows, int cols) { return rows * cols * 2 % 1024 == 0; }
 
-// Split rows: packed heads of width 32k+4 start alternately 16- and 8-byte aligned, which TMA cannot address. TMA
-// moves the 16-byte aligned d-4 columns of each row and the producer threads the other kSplitTail.
-constexpr int kSplitTail = 4;
-RTATTN_GEOMETRY bool split_rows_fit(int d_qk, int d_v) {
-    return d_qk >= 36 && d_qk % 32 == 4 && d_v >= 36 && d_v % 32 == 4;
+// The narrowest panel of a `cols`-wide tile: its last.
+RTATTN_GEOMETRY int last_panel_width(int cols) {
+    return has_panel(cols, 3) ? 8 : has_panel(cols, 2) ? 16 : has_panel(cols, 1) ? 32 : 64;
+}
+
+// Split rows: packed heads of a width of 4 mod 8 start alternately 16- and 8-byte aligned, and a TMA box must start
+// 16-byte aligned (one 8 bytes off traps with an illegal instruction, H100). Per pair of heads, TMA moves every
+// panel of the tile but the last: the row's 16-byte aligned columns from its start, or from 4 columns in (the row
+// is rotated by 4 then); the producer threads store the other `tail` columns (4 to 28: up to three 16-byte pieces and
+// an 8-byte one per row, one piece per thread, held in registers) into the last panel, whose rest stays zero.
+constexpr int kSplitTail = 4;      // rotation of rows that start 8 bytes past 16, and the tail's last piece
+constexpr int kSplitMaxTail = 28;  // where the last panel is 16 or 32 wide; 64-wide ones would leave 52-60 columns
+RTATTN_GEOMETRY int split_main(int cols) { return cols - last_panel_width(cols); }  // TMA columns of a tile
+RTATTN_GEOMETRY bool split_fits(int d, int cols) {
+    const int main = split_main(cols), tail = d - main;
+    return d % 8 == 4 && main >= 32 && main % 32 == 0 && tail >= kSplitTail && tail <= kSplitMaxTail;
+}
+RTATTN_GEOMETRY bool split_rows_fit(int d_qk, int pad_qk, int d_v, int v_cols) {
+    return split_fits(d_qk, pad_qk) && split_fits(d_v, v_cols);
 }
 
 // A forward kernel's shared memory: Q (block_m rows), a ring of `stages` K and V tiles (block_n rows), and the O

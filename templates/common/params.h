@@ -129,8 +129,9 @@ struct alignas(128) TmaMap {
 // K/V tiles with the tensor memory accelerator. Box = panel width x kBlockN rows.
 // Whole rows (kSplitRows false): one map per shared-memory panel width, index 0: 64 columns with the 128-byte
 // swizzle, 1: 32 / 64-byte, 2: 16 / 32-byte, 3: 8, no swizzle.
-// Split rows (kSplitRows: head dims 32k+4, e.g. 100 and 132, whose packed heads alternate between 16- and 8-byte
-// aligned starts): TMA moves the 16-byte aligned d-4 columns of each row, the producer threads copy the other 4.
+// Split rows (kSplitRows: head dims 4 mod 8 such as 100, 132 and 140, whose packed heads alternate between 16- and
+// 8-byte aligned starts; geometry::split_fits): TMA moves the tile's main panels from each row's 16-byte aligned
+// columns, the producer threads copy the other 4 to 12.
 // Kv heads of even and odd index have their own maps (the head stride of each map is two heads, a multiple of 16
 // bytes): index 2 * (kv_head & 1) + panel width index (0 or 1). The tile holds each row rotated left by *_rot[kv_head & 1]
 // columns (0 or 4), so that the TMA part is contiguous; Q is loaded and O stored with the same rotation.

@@ -117,6 +117,14 @@ __device__ __forceinline__ u64 ldg_nc_u64(const void* p) {
     return v;
 }
 
+__device__ __forceinline__ uint4 ldg_nc_u128(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 // mbarrier (shared-memory transaction barrier): the producer/consumer handshake of the warp-specialized kernel.
 // A phase completes when `count` arrivals have been made; waiters name the phase by its parity.
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {

@@ -1,7 +1,7 @@
 // Hopper (sm_90a) forward pass, warp-specialized. Same tiles, layouts and GEMM issue as rtattn_fwd_sm90.cuh; what
 // changes is who waits for what:
 //  - one producer warpgroup streams K and V tiles through a ring (one TMA box per panel where the layout allows;
-//    for split-row head dims such as 132, TMA boxes plus 8 bytes per row copied by the producer threads; else
+//    for split-row head dims such as 132 and 140, TMA boxes plus 8-24 bytes per row copied by the producer threads; else
 //    cp.async by all 128 producer threads) and announces each landed tile on an mbarrier; the consumer
 //    warpgroups (64 query rows each) never load K/V and never meet at a CTA-wide barrier, and the producer gives
 //    its registers to them (setmaxnreg);
@@ -39,16 +39,15 @@ struct FwdShapeSm90Ws {
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register split");
     static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
     static_assert(T::kStages >= 2, "the overlapped schedule holds block j's K and block j-1's V at once");
-    // Split rows: the 4 columns the producer threads store must be exactly the tail panel's first columns (16 wide
-    // for K, 8 or 16 for V), so TMA boxes and those stores never write the same panel.
-    static constexpr int kMainQK = T::kHeadDimQK - geometry::kSplitTail;  // columns moved by TMA
-    static constexpr int kMainV = T::kHeadDimV - geometry::kSplitTail;
+    // Split rows (geometry::split_fits): TMA fills every panel of a K or V tile but the last; the producer threads
+    // store each row's other 4 to 12 columns at the last panel's start (its rest stays zero).
+    static constexpr int kVTileCols = geometry::v_tile_cols(T::kPadV, T::kWideV);
+    static constexpr int kMainQK = geometry::split_main(T::kPadQK);  // columns moved by TMA
+    static constexpr int kMainV = geometry::split_main(kVTileCols);
     static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK == 4 && T::kVecV == 4 &&
-                                     geometry::split_rows_fit(T::kHeadDimQK, T::kHeadDimV) &&
-                                     T::kPadQK == kMainQK + 16 && (T::kPadV == kMainV + 8 || T::kPadV == kMainV + 16)),
-                  "split rows: head dims 32k+4, swizzled tiles (TMA panels 64 and 32 wide only)");
-    // Wide V: a 64-column TMA box may not cover the 4 stored columns, so the TMA part must fill whole panels.
-    static_assert(!T::kWideV || (T::kSwizzle && (!T::kSplitRows || kMainV % 64 == 0)), "wide V tiles");
+                                     geometry::split_rows_fit(T::kHeadDimQK, T::kPadQK, T::kHeadDimV, kVTileCols)),
+                  "split rows: head dims 4 mod 8 whose tail fits the last panel, swizzled tiles");
+    static_assert(!T::kWideV || T::kSwizzle, "wide V tiles are 64-column swizzled panels");
 };
 
 namespace sm90 {
@@ -90,14 +89,67 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
     }
 }
 
+// How the producer threads share a split row's tail of kTail columns (4 to 12): as 16-byte pieces and a last 8-byte
+// one, one piece per thread, so a row's whole tail is read by one warp instruction, its sector fetched once. (One
+// 8-byte load per thread and vector, three per d140 row, put d140's L2 throughput at 73% against d144's 51% and ran
+// 0.83x the d144 kernel, ncu on an H100.)
+template <int kTail, int kBlockN>
+struct SplitTail {
+    static constexpr int k16 = (kTail - geometry::kSplitTail) / 8;  // 16-byte pieces per row
+    static constexpr int kLanes = k16 < 1 ? 1 : k16 < 2 ? 2 : 4;    // threads per row (k16 + 1, a power of 2)
+    static constexpr int kRowsPerPass = 128 / kLanes;
+    static constexpr int kPasses = (kBlockN + kRowsPerPass - 1) / kRowsPerPass;
+    static_assert(kTail % 8 == geometry::kSplitTail && k16 < kLanes && k16 <= 3, "tails of 8k + 4 columns, k <= 3");
+    int piece, row0, col;  // this thread's piece of rows row0 (+ kRowsPerPass), tail column `col` from the main part
+    int elem;              // and the row element the piece starts at
+    __device__ __forceinline__ SplitTail(int ptid, int main, int rot, int d) {
+        piece = ptid % kLanes, row0 = ptid / kLanes, col = main + 8 * piece;
+        elem = (col + rot) % d;  // past the head's end: its first columns (the rotation wraps; pieces never straddle)
+    }
+    __device__ __forceinline__ bool wide() const { return piece < k16; }
+    __device__ __forceinline__ bool idle() const { return piece > k16; }  // the 4th lane of a 3-piece tail
+    // This thread's pieces of block `block`; rows past the tile or past seqlen_k hold zeros: V rows there meet P = 0,
+    // and 0 * garbage must not be NaN.
+    __device__ __forceinline__ void load(uint4 (&t)[kPasses], const detail::u16* g, long long stride, int block,
+                                         int n_blocks, int seqlen_k) const {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+            const int r = row0 + kRowsPerPass * i, key = block * kBlockN + r;
+            t[i] = make_uint4(0, 0, 0, 0);
+            if (block < n_blocks && r < kBlockN && key < seqlen_k && !idle()) {
+                const detail::u16* src = g + key * stride + elem;
+                if (wide()) {
+                    t[i] = ptx::ldg_nc_u128(src);
+                } else {
+                    const ptx::u64 v = ptx::ldg_nc_u64(src);
+                    t[i].x = unsigned(v), t[i].y = unsigned(v >> 32);
+                }
+            }
+        }
+    }
+    template <class L>
+    __device__ __forceinline__ void store(detail::u16* dst, const uint4 (&t)[kPasses]) const {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+            const int r = row0 + kRowsPerPass * i;
+            if (r >= kBlockN || idle()) continue;
+            detail::u16* at = dst + L::offset(r, col);
+            if (wide())
+                *reinterpret_cast<uint4*>(at) = t[i];
+            else
+                *reinterpret_cast<uint2*>(at) = make_uint2(t[i].x, t[i].y);
+        }
+    }
+};
+
 // Split-row producer, all 128 producer threads: thread 0 issues a TMA box per main panel (the 16-byte aligned
-// kMain columns of each row, rotated so they start at column 0); each thread owns rows ptid (+ 128) of every tile
-// and moves their remaining 4 columns (8 bytes) into the tail panel itself. It loads the next tile's tails into
-// registers as soon as it has stored the current ones, so the load's latency passes while it waits for the next
-// free slot, and a store plus a plain arrive is all that is left when the slot frees. (8-byte cp.asyncs issued
-// after the wait and completing on the barrier made d132 ~7% slower on an H200 than leaving the copies out. The
-// copies still cost ~4% of d132's cycles, yet loading two tiles ahead, through a cp.async staging ring, or just
-// before the V-slot wait each cost cycles: +1%, +9%, +2-3%, ncu on an H200.)
+// columns of each row, rotated so they start at column 0); the threads move the rows' tails (the other 4 to 12
+// columns, SplitTail) into the last panel themselves. Each loads its next tail pieces into registers as soon as it
+// has stored the current ones, so the load's latency passes while it waits for the next free slot, and a store plus
+// a plain arrive is all that is left when the slot frees. (8-byte
+// cp.asyncs issued after the wait and completing on the barrier made d132 ~7% slower on an H200 than leaving the
+// copies out. The copies still cost ~4% of d132's cycles, yet loading two tiles ahead, through a cp.async staging
+// ring, or just before the V-slot wait each cost cycles: +1%, +9%, +2-3%, ncu on an H200.)
 // The slot's full barrier completes once the TMA bytes have landed and all 4 producer warps have arrived (1 + 4).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
@@ -109,40 +161,30 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
-    constexpr int kRows = (T::kBlockN + 127) / 128;  // tail rows per thread and tile
     const FwdParams& p = pt.p;
     const int kv_head = blockIdx.y / p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z, parity_class = kv_head & 1;
     const int n_blocks = cta.n_blocks;
     const int head_coord = kv_head >> 1;  // each map's head dimension steps two kv heads
-    // Row element that lands in tail column kMain: the one after the TMA part, wrapping to the row's start.
-    const int k_tail = (S::kMainQK + pt.k_rot[parity_class]) % T::kHeadDimQK;
-    const int v_tail = (S::kMainV + pt.v_rot[parity_class]) % T::kHeadDimV;
-    const u16* gK = cta.k + k_tail;
-    const u16* gV = cta.v + v_tail;
+    using TailK = SplitTail<T::kHeadDimQK - S::kMainQK, T::kBlockN>;
+    using TailV = SplitTail<T::kHeadDimV - S::kMainV, T::kBlockN>;
+    const TailK tail_k(ptid, S::kMainQK, pt.k_rot[parity_class], T::kHeadDimQK);
+    const TailV tail_v(ptid, S::kMainV, pt.v_rot[parity_class], T::kHeadDimV);
     const TmaMap* k_maps = pt.k_map + 2 * parity_class;
     const TmaMap* v_maps = pt.v_map + 2 * parity_class;
 
-    // Rows past the tile or past seqlen_k hold zeros: V rows there meet P = 0, and 0 * garbage must not be NaN.
-    auto load_tails = [&](const u16* g, long long stride, int block, ptx::u64* t) {
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-            const int r = ptid + 128 * i, key = block * T::kBlockN + r;
-            t[i] = block < n_blocks && r < T::kBlockN && key < cta.seqlen_k ? ptx::ldg_nc_u64(g + key * stride) : 0;
-        }
-    };
-    ptx::u64 k_next[kRows], v_next[kRows];
-    load_tails(gK, p.k_seq_stride, 0, k_next);
-    load_tails(gV, p.v_seq_stride, 0, v_next);
+    uint4 k_next[TailK::kPasses], v_next[TailV::kPasses];
+    tail_k.load(k_next, cta.k, p.k_seq_stride, 0, n_blocks, cta.seqlen_k);
+    tail_v.load(v_next, cta.v, p.v_seq_stride, 0, n_blocks, cta.seqlen_k);
     for (int j = 0; j < n_blocks; ++j) {
         const int slot = ring.slot(j), k0 = cta.k_begin + j * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(j);
         const int c1 = pt.tma_seq_dim == 1 ? k0 : head_coord, c2 = pt.tma_seq_dim == 1 ? head_coord : k0;
-        // One tile: wait for the slot, TMA the main panels, store this thread's tails, arrive, fetch the next tails.
+        // One tile: wait for the slot, TMA the main panels, store this thread's tail pieces, arrive, fetch the next.
         // `layout` is LK or LV (a tag: only its static members are used).
         auto fill = [&](auto layout, int main_cols, u32 empty, u32 full, u16* dst, const TmaMap* maps,
-                        ptx::u64* tails, const u16* g, long long stride) {
+                        const auto& tail, auto& pieces, const u16* g, long long stride) {
             using L = decltype(layout);
             if (j >= kSt) ptx::mbar_wait(empty, parity);
             if (ptid == 0) {
@@ -152,18 +194,15 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
                         ptx::tma_load_4d(ptx::smem_u32(dst) + offset, &maps[kind], col, c1, c2, batch, full);
                 });
             }
-#pragma unroll
-            for (int i = 0; i < kRows; ++i)
-                if (ptid + 128 * i < T::kBlockN)
-                    *reinterpret_cast<ptx::u64*>(dst + L::offset(ptid + 128 * i, main_cols)) = tails[i];
+            tail.template store<L>(dst, pieces);
             // One arrival per warp: the warp barrier orders every lane's stores before lane 0's release, and the
             // barrier sees 4 arrivals instead of 128 (each one an atomic on the same shared-memory word).
             __syncwarp();
             if ((ptid & 31) == 0) ptx::mbar_arrive(full);
-            load_tails(g, stride, j + 1, tails);
+            tail.load(pieces, g, stride, j + 1, n_blocks, cta.seqlen_k);
         };
-        fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, k_next, gK, p.k_seq_stride);
-        fill(LV{}, S::kMainV, empty_v, full_v, sV + slot * B::kVElems, v_maps, v_next, gV, p.v_seq_stride);
+        fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, tail_k, k_next, cta.k, p.k_seq_stride);
+        fill(LV{}, S::kMainV, empty_v, full_v, sV + slot * B::kVElems, v_maps, tail_v, v_next, cta.v, p.v_seq_stride);
     }
 }
 

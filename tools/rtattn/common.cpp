@@ -57,7 +57,10 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
     app->add_option("--causal", o.flags.causal, lists ? "true, false or both" : "true or false")->type_name("BOOL");
     o.head_dim_v_opt = app->add_option("--head-dim-v", o.head_dim_v, "V head dim (default: the QK head dim)")
                            ->type_name("N");
-    o.heads_q_opt = app->add_option("--heads-q", o.heads_q, "query heads (default 1)")->type_name("N");
+    o.heads_q_opt = app->add_option("--heads-q", o.heads_q,
+                                    "query heads (default 8; with --heads-kv, whether heads_kv x head_dim is a "
+                                    "multiple of 8 picks the sm_90a kernel for head dims that are not)")
+                        ->type_name("N");
     o.heads_kv_opt = app->add_option("--heads-kv", o.heads_kv, "K/V heads (default: --heads-q)")->type_name("N");
     o.scale_opt = app->add_option("--softmax-scale", o.softmax_scale, "softmax scale (default 1/sqrt(D))")
                       ->type_name("X");

@@ -163,6 +163,8 @@ AttentionConfig checked_config(const json& single, const ExpandOptions& opts, co
     }
 }
 
+constexpr int kDefaultHeads = 8;
+
 Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origin, std::uint64_t* so_far) {
     if (!entry.is_object()) origin.fail("entry", fmt::format("must be a JSON object, got {}", json_for_message(entry)));
     for (const char* key : kCommentFields)
@@ -174,6 +176,11 @@ Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origi
         passes = passes_of(entry[kPassField], origin);
         entry.erase(kPassField);
     }
+    // Heads reach a kernel only through whether packed K/V rows are 16-byte multiples (plan::kv_rows_16b: on sm_90a
+    // it picks the kernel for head dims that are not multiples of 8). An entry or command line that names no heads
+    // gets 8, which has such rows as nearly every model does, rather than the one head whose rows of d132 and the
+    // like start 8 bytes off 16.
+    if (!entry.contains("num_heads_q") && !entry.contains("num_heads_kv")) entry["num_heads_q"] = kDefaultHeads;
     count_expansion(entry, origin, so_far);
     UniqueConfigs out;
     for (const auto& single : cartesian(entry, origin)) out.add(checked_config(single, opts, origin, passes.backward));
