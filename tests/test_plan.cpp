@@ -136,14 +136,15 @@ TEST_CASE("mma.sync: FA2's 4-warp shape loads K and V apart, for head dims that 
     CHECK(!plan(cfg(128, "sm_90a"), "128,128,8,1,2,0,1").kv_apart);
 }
 
-TEST_CASE("head dims of 4 mod 8 split rows between TMA and the producer threads where the tail fits", "[plan]") {
+TEST_CASE("head dims of 4 mod 8 and 8 mod 16 split rows between TMA and the producer threads where the tail fits",
+          "[plan]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
         const auto p = plan(cfg(d, "sm_90a", 0, 2));  // 2 kv heads: packed rows are 16-byte multiples
         if (!p.split_rows) continue;
         // TMA fills every panel but the last (64/32 wide), the threads 4 to 28 columns at the last one's start.
         const int tail = d - rtattn::geometry::split_main(p.pad_qk);
-        CHECK(d % 8 == 4);
+        CHECK((d % 8 == 4 || d % 16 == 8));
         CHECK(producer(p));
         CHECK(p.swizzle);
         CHECK((tail >= 4 && tail <= 28));
@@ -159,6 +160,15 @@ TEST_CASE("head dims of 4 mod 8 split rows between TMA and the producer threads 
         CHECK(!plan(cfg(d, "sm_90a", 0, 1)).split_rows);
         CHECK(!plan(cfg(d, "sm_90a", 0, 15)).split_rows);
     }
+    // 8 mod 16: heads alternate 32- and 16-byte aligned starts, so rows split to rotate every box to 32 bytes, at
+    // any head count (rows of 16-byte multiples). Not d88, d152, d216: V's last panel (8 wide) leaves no TMA part.
+    for (int d : {40, 72, 104, 136, 168, 200, 232}) {
+        CAPTURE(d);
+        CHECK(plan(cfg(d, "sm_90a", 0, 1)).split_rows);
+        CHECK(plan(cfg(d, "sm_90a", 0, 15)).split_rows);
+    }
+    for (int d : {88, 120, 152, 184, 216, 248, 128, 144})
+        CHECK(!plan(cfg(d, "sm_90a", 0, 2)).split_rows);
     // Tails of 52-60 columns (the last panel 64 wide), no main part (d52, d60), or 3 consumer warpgroups with more
     // than one tail piece (d44): not split.
     for (int d : {44, 52, 60, 116, 124, 180, 188, 244, 252}) {
@@ -172,8 +182,21 @@ TEST_CASE("head dims of 4 mod 8 split rows between TMA and the producer threads 
     CHECK(plan(cfg(84, "sm_90a", 0, 1)).pad_v == 88);  // no split rows: V keeps its padding to 8
     CHECK(plan(cfg(140, "sm_90a", 0, 2)).pad_v == 144);
     CHECK(plan(cfg(76, "sm_90a", 140, 2)).family == &rtattn::kernels::fwd_sm90());  // 3 + 3 in two loops spilled
-    CHECK(!plan(cfg(128, "sm_90a", 0, 2)).split_rows);
     CHECK(!plan(cfg(132, "sm_90a", 0, 2), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
+}
+
+TEST_CASE("split rows take four head classes (32-byte boxes) where the tail pieces fit the producer's registers",
+          "[plan]") {
+    using namespace rtattn::geometry;
+    CHECK(split_classes(4, 4, 128) == 4);     // d132: one 8-byte piece per row (rotations past 4 then fall back)
+    CHECK(split_classes(12, 12, 128) == 4);   // d140: 3 pieces on 4 lanes, 4 passes per tensor
+    CHECK(split_classes(8, 8, 128) == 4);     // d136 (8 mod 16)
+    CHECK(split_classes(20, 20, 128) == 2);   // d84: 8 passes per tensor on 128-key tiles, 16-byte pieces instead
+    CHECK(split_classes(28, 28, 128) == 2);   // d92, d156
+    CHECK(split_classes(28, 28, 64) == 4);    // d220 on 64-key tiles: 4 passes per tensor
+    CHECK(split_lanes(3) == 4);
+    CHECK(split_lanes(7) == 8);
+    CHECK(split_narrow_passes(12, 128) == 4);
 }
 
 TEST_CASE("kv heads enter a kernel only through whether packed K/V rows are 16-byte multiples", "[plan]") {

@@ -68,15 +68,13 @@ View whole_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch) {
     return {t.ptr, dim, {seqlen, t.seq_stride * 2}, {heads, t.head_stride * 2}, {batch, t.batch_stride * 2}};
 }
 
-// Split rows: kv heads of parity `cls` (every other head, so the map's head stride is a multiple of 16 bytes).
-// Their rows start 16-byte aligned or 8 bytes past (rot = 0 or 4 columns); the map covers the d-4 columns from
-// the first 16-byte boundary, of which the boxes read the tile's main part (geometry::split_main); the kernel moves
-// the rest itself.
-View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, int cls, int& rot) {
+// Split rows: kv heads of class `cls` (every `classes`-th head), rotated by `rot` columns so that each row's boxes
+// start `align` bytes aligned; the map covers the d - rot columns from there, of which the boxes read the tile's main
+// part (geometry::split_main); the kernel moves the rest itself.
+View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, int cls, int classes, int rot) {
     const auto* head0 = static_cast<const unsigned char*>(t.ptr) + std::int64_t(cls) * t.head_stride * 2;
-    rot = reinterpret_cast<std::uintptr_t>(head0) % 16 == 0 ? 0 : geometry::kSplitTail;
-    return {head0 + 2 * rot, dim - geometry::kSplitTail, {seqlen, t.seq_stride * 2}, {(heads - cls + 1) / 2, t.head_stride * 4},
-            {batch, t.batch_stride * 2}};
+    return {head0 + 2 * rot, dim - rot, {seqlen, t.seq_stride * 2},
+            {(heads - cls + classes - 1) / classes, t.head_stride * 2 * classes}, {batch, t.batch_stride * 2}};
 }
 
 // RTATTN_TMA=0 or false: cp.async instead (README: Environment). Read once, launches are hot; any other value is a
@@ -92,21 +90,58 @@ struct KvRows {
     int batch, seqlen;
 };
 
+// Map dims follow the smaller of the seq and head strides (a map's head stride is head_step heads: split rows'
+// classes); false where K and V would need different orders.
+bool set_seq_dim(const ForwardArgs& a, int head_step, FwdParamsTma& out) {
+    out.tma_seq_dim = a.k.seq_stride <= head_step * a.k.head_stride ? 1 : 2;
+    return (a.v.seq_stride <= head_step * a.v.head_stride ? 1 : 2) == out.tma_seq_dim;
+}
+
+// The rotation that starts class `cls`'s rows `align` bytes aligned, or -1 where a stride would move rows of the class
+// off that alignment or the tail is too narrow to take it.
+int class_rotation(const TensorArg& t, KvRows rows, int heads, int cls, int classes, int align, int tail) {
+    const auto stepped = [&](std::int64_t extent, std::int64_t stride_elems) {
+        return extent <= 1 || stride_elems * 2 % align == 0;
+    };
+    if (!stepped(rows.seqlen, t.seq_stride) || !stepped(rows.batch, t.batch_stride) ||
+        !stepped((heads - cls + classes - 1) / classes, t.head_stride * classes))
+        return -1;
+    const auto at = reinterpret_cast<std::uintptr_t>(t.ptr) + std::uintptr_t(std::int64_t(cls) * t.head_stride * 2);
+    const int rot = int((align - at % align) % align / 2);
+    return rot <= tail ? rot : -1;
+}
+
+// Four classes with 32-byte aligned boxes where the kernel's tails allow it (geometry::split_classes) and every
+// class's rotation fits them (d140: up to 12 columns), else two with 16-byte aligned ones (rotations 0 or 4: vec-4
+// arguments leave every row 8-byte aligned).
 bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, int heads_kv, FwdParamsTma& out) {
-    // Vector-4 arguments (checked before launch) leave every row 8-byte aligned, so rot is 0 or 4 for each class.
     if (reinterpret_cast<std::uintptr_t>(a.k.ptr) % 8 != 0 || reinterpret_cast<std::uintptr_t>(a.v.ptr) % 8 != 0)
         return false;
-    for (int cls = 0; cls < std::min(2, heads_kv); ++cls) {
-        const View k = split_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch, cls, out.k_rot[cls]);
-        const View v = split_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch, cls, out.v_rot[cls]);
-        // Main parts are multiples of 32 columns: panel kinds 0 and 1 only, the two maps of each class.
-        const int k_main = geometry::split_main(p.pad_qk);
-        const int v_main = geometry::split_main(geometry::v_tile_cols(p.pad_v, p.wide_v));
-        if (!encode_view(out.k_map + 2 * cls, k, k_main, p.block_n, p.bf16, out.tma_seq_dim) ||
-            !encode_view(out.v_map + 2 * cls, v, v_main, p.block_n, p.bf16, out.tma_seq_dim))
-            return false;
+    // Main parts are multiples of 32 columns: panel kinds 0 and 1 only, the two maps of each class.
+    const int k_main = geometry::split_main(p.pad_qk);
+    const int v_main = geometry::split_main(geometry::v_tile_cols(p.pad_v, p.wide_v));
+    const int most = geometry::split_classes(p.head_dim_qk - k_main, p.head_dim_v - v_main, p.block_n);
+    for (int classes : {4, 2}) {
+        if (classes > most) continue;
+        const int align = 8 * classes;
+        bool fits = true;
+        for (int cls = 0; cls < std::min(classes, heads_kv) && fits; ++cls) {
+            out.k_rot[cls] = class_rotation(a.k, rows, heads_kv, cls, classes, align, p.head_dim_qk - k_main);
+            out.v_rot[cls] = class_rotation(a.v, rows, heads_kv, cls, classes, align, p.head_dim_v - v_main);
+            fits = out.k_rot[cls] >= 0 && out.v_rot[cls] >= 0;
+        }
+        if (!fits || !set_seq_dim(a, classes, out)) continue;
+        for (int cls = 0; cls < std::min(classes, heads_kv); ++cls) {
+            const View k = split_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch, cls, classes, out.k_rot[cls]);
+            const View v = split_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch, cls, classes, out.v_rot[cls]);
+            if (!encode_view(out.k_map + 2 * cls, k, k_main, p.block_n, p.bf16, out.tma_seq_dim) ||
+                !encode_view(out.v_map + 2 * cls, v, v_main, p.block_n, p.bf16, out.tma_seq_dim))
+                return false;
+        }
+        out.split_classes = classes;
+        return true;
     }
-    return true;
+    return false;
 }
 
 
@@ -116,23 +151,24 @@ bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
 // not start mid-16 bytes, so there is no other way around). Encoded per launch: the pointers change.
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;
+    out.split_classes = 2;
     if (!p.swizzle || tma_disabled()) return;
-    // Map dims follow the smaller of the seq and head strides (split rows: the head stride of a map is two heads).
-    const int head_step = p.split_rows ? 2 : 1;
-    out.tma_seq_dim = a.k.seq_stride <= head_step * a.k.head_stride ? 1 : 2;
-    if ((a.v.seq_stride <= head_step * a.v.head_stride ? 1 : 2) != out.tma_seq_dim) return;  // one order for both
     const KvRows rows = p.varlen ? KvRows{1, a.total_k} : KvRows{a.batch, a.seqlen_k};
-    bool ok;
+    bool ok = false;
     if (p.split_rows) {
         ok = encode_split(p, a, rows, heads_kv, out);
-    } else {
+    } else if (set_seq_dim(a, 1, out)) {
         ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch), p.pad_qk,
                          p.block_n, p.bf16, out.tma_seq_dim) &&
              encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch),
                          geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
-    if (!ok) out.k_rot[0] = out.k_rot[1] = out.v_rot[0] = out.v_rot[1] = 0;  // cp.async loads rows unrotated
+    if (!ok) {  // cp.async loads rows unrotated
+        std::fill(std::begin(out.k_rot), std::end(out.k_rot), 0);
+        std::fill(std::begin(out.v_rot), std::end(out.v_rot), 0);
+        out.split_classes = 2;
+    }
 }
 
 

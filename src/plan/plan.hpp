@@ -33,9 +33,9 @@ struct KernelPlan {
     bool kv_apart = false;    // fwd_mma: a block's K and V loaded as two cp.async groups, V after the softmax
     bool swizzle = false;     // Hopper families: swizzled column panels (else interleaved 8x8 cores)
     bool ping_pong = false;   // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
-    // fwd_sm90_ws, head dims 4 mod 8 whose tail fits the last panel (geometry::split_fits: 36, 44, 68, 76, 100, 108,
-    // 132, 140, ...): packed heads alternate between 16- and 8-byte aligned starts, so TMA moves the aligned main
-    // panels of each row and the producer threads the other 4 to 12 columns.
+    // fwd_sm90_ws, head dims 4 mod 8 and 8 mod 16 whose tail fits the last panel (geometry::split_fits: 36, 40, 68,
+    // 72, 76, 84, ..., 132, 136, 140, ...): packed heads start off 32-byte (or 16-byte) boundaries, so TMA moves the
+    // aligned main panels of each row, rotated, and the producer threads the other 4 to 28 columns.
     bool split_rows = false;
     // The config's kv heads make packed K/V rows (heads_kv x d elements) a multiple of 16 bytes, as split rows' maps
     // need: the only way head counts enter a plan (kv_rows_16b below).

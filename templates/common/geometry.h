@@ -43,16 +43,33 @@ RTATTN_GEOMETRY int last_panel_width(int cols) {
 }
 
 // Split rows: packed heads of a width of 4 mod 8 start alternately 16- and 8-byte aligned, and a TMA box must start
-// 16-byte aligned (one 8 bytes off traps with an illegal instruction, H100). Per pair of heads, TMA moves every
-// panel of the tile but the last: the row's 16-byte aligned columns from its start, or from 4 columns in (the row
-// is rotated by 4 then); the producer threads store the other `tail` columns (4 to 28: up to three 16-byte pieces and
-// an 8-byte one per row, one piece per thread, held in registers) into the last panel, whose rest stays zero.
-constexpr int kSplitTail = 4;      // rotation of rows that start 8 bytes past 16, and the tail's last piece
+// 16-byte aligned (one 8 bytes off traps with an illegal instruction, H100) and runs at full speed only 32-byte
+// aligned (heads of 8 mod 16 alternate 32 and 16). Per class of heads, TMA moves every panel of the tile but the last
+// from the row's aligned columns on (the row rotated by up to 12 columns to reach them); the producer threads store
+// the other `tail` columns (4 to 28, in pieces, one per thread, held in registers) into the last panel, whose rest
+// stays zero.
+constexpr int kSplitTail = 4;      // the narrowest tail and piece: 8 bytes
 constexpr int kSplitMaxTail = 28;  // where the last panel is 16 or 32 wide; 64-wide ones would leave 52-60 columns
+// Tails as 8-byte pieces, one per producer thread (128), the lanes of a row a power of 2: any rotation keeps such
+// pieces aligned, so rows may rotate to 32-byte aligned boxes in four head classes (16 bytes off 32 ran the d144
+// kernel at 0.73x, H100). The pieces of a K and a V tile must fit 8 registers' pairs per thread (passes below);
+// beyond that (20-28 column tails on 128-key tiles) tails go as 16-byte pieces, aligned only when rows rotate to
+// 16-byte boxes, in two classes (sm90_ws.cuh, SplitTail).
+RTATTN_GEOMETRY int split_lanes(int pieces) { return pieces <= 1 ? 1 : pieces <= 2 ? 2 : pieces <= 4 ? 4 : 8; }
+RTATTN_GEOMETRY int split_narrow_passes(int tail, int block_n) {
+    const int rows = 128 / split_lanes(tail / kSplitTail);
+    return (block_n + rows - 1) / rows;
+}
+RTATTN_GEOMETRY bool split_narrow(int tail_qk, int tail_v, int block_n) {
+    return split_narrow_passes(tail_qk, block_n) + split_narrow_passes(tail_v, block_n) <= 8;
+}
+RTATTN_GEOMETRY int split_classes(int tail_qk, int tail_v, int block_n) {
+    return split_narrow(tail_qk, tail_v, block_n) ? 4 : 2;
+}
 RTATTN_GEOMETRY int split_main(int cols) { return cols - last_panel_width(cols); }  // TMA columns of a tile
 RTATTN_GEOMETRY bool split_fits(int d, int cols) {
     const int main = split_main(cols), tail = d - main;
-    return d % 8 == 4 && main >= 32 && main % 32 == 0 && tail >= kSplitTail && tail <= kSplitMaxTail;
+    return (d % 8 == 4 || d % 16 == 8) && main >= 32 && main % 32 == 0 && tail >= kSplitTail && tail <= kSplitMaxTail;
 }
 RTATTN_GEOMETRY bool split_rows_fit(int d_qk, int pad_qk, int d_v, int v_cols) {
     return split_fits(d_qk, pad_qk) && split_fits(d_v, v_cols);

@@ -130,19 +130,22 @@ struct alignas(128) TmaMap {
 // Whole rows (kSplitRows false): one map per shared-memory panel width, index 0: 64 columns with the 128-byte
 // swizzle, 1: 32 / 64-byte, 2: 16 / 32-byte, 3: 8, no swizzle.
 // Split rows (kSplitRows: head dims 4 mod 8 such as 100, 132 and 140, whose packed heads alternate between 16- and
-// 8-byte aligned starts; geometry::split_fits): TMA moves the tile's main panels from each row's 16-byte aligned
-// columns, the producer threads copy the other 4 to 12.
-// Kv heads of even and odd index have their own maps (the head stride of each map is two heads, a multiple of 16
-// bytes): index 2 * (kv_head & 1) + panel width index (0 or 1). The tile holds each row rotated left by *_rot[kv_head & 1]
-// columns (0 or 4), so that the TMA part is contiguous; Q is loaded and O stored with the same rotation.
+// 8-byte aligned starts; geometry::split_fits): TMA moves the tile's main panels from each row's aligned columns,
+// the producer threads copy the other 4 to 28.
+// Kv heads fall into split_classes classes (kv_head % split_classes), each with its own maps, whose head stride is
+// that many heads: index 2 * class + panel width index (0 or 1). 4 classes start every box row 32-byte aligned (16
+// bytes off 32 ran the d144 kernel at 0.73x, H100), 2 classes 16-byte aligned, where a tail is too narrow for the
+// rotation 32 bytes take. The tile holds each row rotated left by *_rot[class] columns (0 to 12), so that the TMA
+// part is contiguous; Q is loaded and O stored with the same rotation.
 struct FwdParamsTma {
     FwdParams p;
-    TmaMap k_map[4];
-    TmaMap v_map[4];
-    int use_tma;      // 0: cp.async (base or a stride not 16-byte aligned, e.g. d132 heads with a padded row)
-    int tma_seq_dim;  // map dims are (head_dim, seq, head, batch) when 1, (head_dim, head, seq, batch) when 2
-    int k_rot[2];     // split rows only: rotation of K (and Q) rows of even / odd kv heads, in elements
-    int v_rot[2];     // split rows only: rotation of V (and O) rows
+    TmaMap k_map[8];
+    TmaMap v_map[8];
+    int use_tma;        // 0: cp.async (base or a stride not 16-byte aligned, e.g. d132 heads with a padded row)
+    int tma_seq_dim;    // map dims are (head_dim, seq, head, batch) when 1, (head_dim, head, seq, batch) when 2
+    int split_classes;  // split rows only: 2 or 4
+    int k_rot[4];       // split rows only: rotation of K (and Q) rows of each class, in elements
+    int v_rot[4];       // split rows only: rotation of V (and O) rows
 };
 
 }  // namespace rtattn

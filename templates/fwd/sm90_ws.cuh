@@ -30,7 +30,7 @@ struct FwdShapeSm90Ws {
     // nothing); consumers hold O, S and P. Wide O (d_v > 160) takes the registers from the producer.
     // Two different load loops (d_qk != d_v) cost the producer more registers; narrow O can spare them.
     static constexpr bool kMixed = T::kHeadDimQK != T::kHeadDimV && T::kPadV <= 128;
-    static constexpr int kProducerRegs = kConsumers == 3 ? 32 : T::kPadV > 160 ? 56 : kMixed ? 72 : 64;
+    static constexpr int kProducerRegs = kConsumers == 3 ? 32 : T::kPadV > 160 ? 56 : kMixed || T::kSplitRows ? 72 : 64;
     static constexpr int kConsumerRegs =
         kConsumers == 3 ? 160 : kConsumers == 1 ? 240 : T::kPadV > 160 ? 224 : kMixed ? 208 : 216;
     // cp.async fallback: unrolling the producer's load loop 4x keeps more copies in flight (+13% at d128 on an
@@ -44,9 +44,9 @@ struct FwdShapeSm90Ws {
     static constexpr int kVTileCols = geometry::v_tile_cols(T::kPadV, T::kWideV);
     static constexpr int kMainQK = geometry::split_main(T::kPadQK);  // columns moved by TMA
     static constexpr int kMainV = geometry::split_main(kVTileCols);
-    static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK == 4 && T::kVecV == 4 &&
+    static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK >= 4 && T::kVecV >= 4 &&
                                      geometry::split_rows_fit(T::kHeadDimQK, T::kPadQK, T::kHeadDimV, kVTileCols)),
-                  "split rows: head dims 4 mod 8 whose tail fits the last panel, swizzled tiles");
+                  "split rows: head dims 4 mod 8 or 8 mod 16 whose tail fits the last panel, swizzled tiles");
     static_assert(!T::kWideV || T::kSwizzle, "wide V tiles are 64-column swizzled panels");
 };
 
@@ -89,25 +89,29 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
     }
 }
 
-// How the producer threads share a split row's tail of kTail columns (4 to 12): as 16-byte pieces and a last 8-byte
-// one, one piece per thread, so a row's whole tail is read by one warp instruction, its sector fetched once. (One
-// 8-byte load per thread and vector, three per d140 row, put d140's L2 throughput at 73% against d144's 51% and ran
-// 0.83x the d144 kernel, ncu on an H100.)
-template <int kTail, int kBlockN>
+// How the producer threads share a split row's tail of kTail columns (4 to 28): one piece per thread, the lanes of a
+// row side by side, so that one warp instruction reads a row's whole tail and its sector once. (One 8-byte load per
+// thread and row, three loads for a d140 row, made 54.5M L1 sectors where pieces make 37.8M; ncu, H100.)
+// Tails go as 8-byte pieces, which any rotation keeps aligned (vec-4 arguments), so their rows may rotate to 32-byte
+// boxes; where those would not fit the producer's registers (geometry::split_narrow: 16 pieces per thread for 20-28
+// column tails on 128-key tiles spilled), as 16-byte pieces and a last 8-byte one (kWide), aligned where rows rotate
+// to 16 bytes only (two classes). Pieces never straddle the row's wrap.
+template <int kTail, int kBlockN, bool kWide>
 struct SplitTail {
-    static constexpr int k16 = (kTail - geometry::kSplitTail) / 8;  // 16-byte pieces per row
-    static constexpr int kLanes = k16 < 1 ? 1 : k16 < 2 ? 2 : 4;    // threads per row (k16 + 1, a power of 2)
+    static constexpr int kPieces = kWide ? (kTail - geometry::kSplitTail) / 8 + 1 : kTail / geometry::kSplitTail;
+    static constexpr int kLanes = geometry::split_lanes(kPieces);  // threads per row
     static constexpr int kRowsPerPass = 128 / kLanes;
     static constexpr int kPasses = (kBlockN + kRowsPerPass - 1) / kRowsPerPass;
-    static_assert(kTail % 8 == geometry::kSplitTail && k16 < kLanes && k16 <= 3, "tails of 8k + 4 columns, k <= 3");
+    static_assert(kWide ? kTail % 8 == geometry::kSplitTail : kTail % geometry::kSplitTail == 0, "tail width");
+    static_assert(kPieces <= kLanes && kLanes <= 8, "at most 8 pieces per row");
     int piece, row0, col;  // this thread's piece of rows row0 (+ kRowsPerPass), tail column `col` from the main part
-    int elem;              // and the row element the piece starts at
+    int elem;              // and the row element it starts at
     __device__ __forceinline__ SplitTail(int ptid, int main, int rot, int d) {
-        piece = ptid % kLanes, row0 = ptid / kLanes, col = main + 8 * piece;
-        elem = (col + rot) % d;  // past the head's end: its first columns (the rotation wraps; pieces never straddle)
+        piece = ptid % kLanes, row0 = ptid / kLanes, col = main + (kWide ? 8 : geometry::kSplitTail) * piece;
+        elem = (col + rot) % d;  // past the head's end: its first columns (the rotation wraps)
     }
-    __device__ __forceinline__ bool wide() const { return piece < k16; }
-    __device__ __forceinline__ bool idle() const { return piece > k16; }  // the 4th lane of a 3-piece tail
+    __device__ __forceinline__ bool idle() const { return piece >= kPieces; }  // lanes past a row's pieces
+    __device__ __forceinline__ bool wide() const { return kWide && piece < kPieces - 1; }  // a 16-byte piece
     // This thread's pieces of block `block`; rows past the tile or past seqlen_k hold zeros: V rows there meet P = 0,
     // and 0 * garbage must not be NaN.
     __device__ __forceinline__ void load(uint4 (&t)[kPasses], const detail::u16* g, long long stride, int block,
@@ -142,8 +146,8 @@ struct SplitTail {
     }
 };
 
-// Split-row producer, all 128 producer threads: thread 0 issues a TMA box per main panel (the 16-byte aligned
-// columns of each row, rotated so they start at column 0); the threads move the rows' tails (the other 4 to 12
+// Split-row producer, all 128 producer threads: thread 0 issues a TMA box per main panel (the 32- or 16-byte aligned
+// columns of each row, rotated so they start at column 0); the threads move the rows' tails (the other 4 to 28
 // columns, SplitTail) into the last panel themselves. Each loads its next tail pieces into registers as soon as it
 // has stored the current ones, so the load's latency passes while it waits for the next free slot, and a store plus
 // a plain arrive is all that is left when the slot frees. (8-byte
@@ -162,16 +166,20 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     const FwdParams& p = pt.p;
-    const int kv_head = blockIdx.y / p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z, parity_class = kv_head & 1;
+    const int kv_head = blockIdx.y / p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z;
+    const int cls = kv_head % pt.split_classes;
     const int n_blocks = cta.n_blocks;
-    const int head_coord = kv_head >> 1;  // each map's head dimension steps two kv heads
-    using TailK = SplitTail<T::kHeadDimQK - S::kMainQK, T::kBlockN>;
-    using TailV = SplitTail<T::kHeadDimV - S::kMainV, T::kBlockN>;
-    const TailK tail_k(ptid, S::kMainQK, pt.k_rot[parity_class], T::kHeadDimQK);
-    const TailV tail_v(ptid, S::kMainV, pt.v_rot[parity_class], T::kHeadDimV);
-    const TmaMap* k_maps = pt.k_map + 2 * parity_class;
-    const TmaMap* v_maps = pt.v_map + 2 * parity_class;
+    const int head_coord = kv_head / pt.split_classes;  // each map's head dimension steps split_classes kv heads
+    constexpr int kTailK = T::kHeadDimQK - S::kMainQK, kTailV = T::kHeadDimV - S::kMainV;
+    constexpr bool kWide = !geometry::split_narrow(kTailK, kTailV, T::kBlockN);  // as split_classes tells the host
+    using TailK = SplitTail<kTailK, T::kBlockN, kWide>;
+    using TailV = SplitTail<kTailV, T::kBlockN, kWide>;
+    const TailK tail_k(ptid, S::kMainQK, pt.k_rot[cls], T::kHeadDimQK);
+    const TailV tail_v(ptid, S::kMainV, pt.v_rot[cls], T::kHeadDimV);
+    const TmaMap* k_maps = pt.k_map + 2 * cls;
+    const TmaMap* v_maps = pt.v_map + 2 * cls;
 
+    // Each thread's next pieces wait in registers until their slot frees.
     uint4 k_next[TailK::kPasses], v_next[TailV::kPasses];
     tail_k.load(k_next, cta.k, p.k_seq_stride, 0, n_blocks, cta.seqlen_k);
     tail_v.load(v_next, cta.v, p.v_seq_stride, 0, n_blocks, cta.seqlen_k);
@@ -296,7 +304,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const int ctid = tid & 127;  // thread within the warpgroup
     const int q_row0 = wg * 64;
     // Split rows: Q columns rotate with K's (the dot product only needs both in the same order), O with V's.
-    const int kv_class = (blockIdx.y / p.q_per_kv) & 1;
+    const int kv_class = T::kSplitRows ? (blockIdx.y / p.q_per_kv) % pt.split_classes : 0;
     const int q_rot = T::kSplitRows ? pt.k_rot[kv_class] : 0, o_rot = T::kSplitRows ? pt.v_rot[kv_class] : 0;
     // Each consumer warpgroup loads its own 64 Q rows while the producer starts on K/V.
     sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
