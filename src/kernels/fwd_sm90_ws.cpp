@@ -164,10 +164,9 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
                          geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
-    if (!ok) {  // cp.async loads rows unrotated
+    if (!ok) {  // cp.async loads rows unrotated (split_classes is still 2: encode_split sets it only on success)
         std::fill(std::begin(out.k_rot), std::end(out.k_rot), 0);
         std::fill(std::begin(out.v_rot), std::end(out.v_rot), 0);
-        out.split_classes = 2;
     }
 }
 
