@@ -95,6 +95,27 @@ std::vector<Case> split_row_cases() {
     return out;
 }
 
+std::vector<Case> persistent_cases() {
+    // More work units than an H100 or H200 has SMs (132), so that persistent CTAs walk several (sm_90a, d<=128 and
+    // d140): query blocks one at a time, or, causal, pairs of them (the longest with the shortest; an odd count
+    // leaves the middle block alone); the K/V ring, Q loaded under the last PV and O's own staging tile carry over
+    // from one tile to the next. Keyless causal rows (600 x 200) make tiles with no key block at all.
+    // d64: 192-row tiles; d96: ping-pong; d140 with 4 kv heads: split rows in four classes. O staged over Q, the next
+    // Q loaded after the store: d132 (split rows, wide V tiles), d192 (112-key tiles), d256.
+    struct Shape {
+        int d, hq, hkv, batch, sq, sk;
+    };
+    constexpr Shape kShapes[] = {{128, 32, 8, 5, 300, 520}, {64, 32, 4, 4, 400, 333}, {140, 16, 4, 6, 300, 600},
+                                 {96, 32, 8, 4, 600, 200},  {132, 16, 4, 5, 300, 500}, {192, 16, 8, 5, 260, 300},
+                                 {256, 16, 4, 5, 300, 300}};
+    std::vector<Case> out;
+    for (const auto& s : kShapes)
+        for (bool causal : kCausal)
+            out.push_back({.d_qk = s.d, .d_v = s.d, .causal = causal, .heads_q = s.hq, .heads_kv = s.hkv,
+                           .batch = s.batch, .seqlen_q = s.sq, .seqlen_k = s.sk, .dist = Dist::normal});
+    return out;
+}
+
 std::vector<Case> scale_cases() {
     // Both differ from every default here (1/sqrt(d) <= 0.25 for d >= 17); with normal inputs 2.0 makes rows
     // nearly one-hot, which stresses the running-max rescaling.
@@ -119,8 +140,8 @@ std::vector<Case> error_cases() {
 }
 
 void warm_all_tables() {
-    warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), scale_cases(), graph_cases(),
-          error_cases()});
+    warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), persistent_cases(), scale_cases(),
+          graph_cases(), error_cases()});
 }
 
 }  // namespace
@@ -149,6 +170,12 @@ TEST_CASE("head dims of 4 mod 8 with kv head counts that do and do not make 16-b
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     run_table("split rows", split_row_cases());
+}
+
+TEST_CASE("persistent CTAs walk many tiles: query blocks, causal pairs, keyless tiles", "[gpu]") {
+    SKIP_WITHOUT_GPU();
+    warm_all_tables();
+    run_table("persistent", persistent_cases());
 }
 
 TEST_CASE("softmax_scale override is applied to O and LSE", "[gpu]") {

@@ -113,10 +113,53 @@ TEST_CASE("the warp-specialized kernel adds a producer warpgroup and its barrier
     CHECK(producer(ws));
     CHECK(!producer(coop));
     CHECK(ws.threads() == coop.threads() + 128);
-    CHECK(ws.smem_bytes == coop.smem_bytes + 4 * 2 * 8);  // K/V full/empty barriers per stage
+    // K/V full/empty barriers per stage, and (persistent) O's staging tile apart from Q/K/V
+    CHECK(ws.persistent);
+    CHECK(ws.smem_bytes == coop.smem_bytes + 4 * 2 * 8 + 2 * 128 * rtattn::geometry::padded_row(128));
     CHECK(ws.kernel().find("ping-pong") != std::string::npos);
     CHECK_THROWS_AS(plan(cfg(128, "sm_90a"), "128,128,8,1,1,0,2"), rtattn::ConfigError);  // the overlap needs 2 stages
     CHECK_THROWS_AS(plan(cfg(128, "sm_80"), "128,128,8,1,2,0,2"), rtattn::ConfigError);  // mma.sync: 0..1
+}
+
+TEST_CASE("the warp-specialized kernel is persistent, O staged in bytes of its own where they fit, else over Q",
+          "[plan]") {
+    namespace g = rtattn::geometry;
+    const int optin = rtattn::arch::get("sm_90a").smem_optin;
+    int apart = 0, over_q = 0;
+    for (int d = 1; d <= 256; ++d) {
+        INFO("d" << d);
+        for (const bool causal : {false, true}) {
+            auto c = cfg(d, "sm_90a", 0, 8);
+            c.causal = causal;
+            const auto p = plan(c);
+            if (!producer(p)) {
+                CHECK(!p.persistent);  // the grid-launched families
+                CHECK(!p.o_apart);
+                continue;
+            }
+            const auto bytes = [&](int staging) {
+                return g::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v, staging);
+            };
+            // Every tile of the table leaves room for O over Q; d148 and d156 spilled walking.
+            CHECK(p.persistent == !(p.split_rows && p.pad_v == 160 && !p.o_apart));
+            if (!p.persistent) continue;
+            CHECK(p.o_apart == (bytes(g::kStageApart) <= optin));
+            CHECK(p.smem_bytes == bytes(p.o_apart ? g::kStageApart : g::kStageOverQ));
+            CHECK(p.smem_bytes <= optin);
+            CHECK((p.kernel().find("O staged over Q") != std::string::npos) == !p.o_apart);
+            if (d <= 128) CHECK(p.o_apart);  // d64 (192-row tiles) and d128 included
+            // The K/V ring after Q (and O's tail) stays on 1024-byte swizzle atoms.
+            CHECK(g::fwd_sm90_ws_q_bytes(p.pad_qk, p.pad_v, p.block_m, g::kStageOverQ) % 1024 == 0);
+            apart += p.o_apart, over_q += !p.o_apart;
+        }
+    }
+    CHECK(apart > 0);
+    CHECK(over_q > 0);
+    const auto d256 = plan(cfg(256, "sm_90a"));  // 192 KB of Q/K/V leave no room for O's own 66 KB
+    CHECK(!d256.o_apart);
+    CHECK(g::fwd_sm90_ws_q_bytes(256, 256, 128, g::kStageOverQ) == 128 * 264 * 2);  // O's rows are 264 wide
+    CHECK(g::fwd_sm90_ws_q_bytes(240, 240, 128, g::kStageOverQ) == 62 * 1024);  // 128 x 248 x 2
+    CHECK(g::fwd_sm90_ws_q_bytes(256, 256, 128, g::kStageApart) == 128 * 256 * 2);
 }
 
 TEST_CASE("mma.sync: FA2's 4-warp shape loads K and V apart, for head dims that load in 16-byte vectors", "[plan]") {
@@ -250,7 +293,8 @@ TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in 
     const auto d132 = plan(cfg(132, "sm_90a", 0, 2));
     CHECK(d132.wide_v);
     CHECK(d132.smem_bytes ==
-          rtattn::geometry::fwd_sm90_ws_smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, false) +
+          rtattn::geometry::fwd_sm90_ws_smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, false,
+                                                   rtattn::geometry::kStageOverQ) +
               2 * d132.stages * d132.block_n * (192 - 136));
     CHECK(!plan(cfg(100, "sm_90a", 0, 2)).wide_v);  // split rows: V's tail (36) would not fit the last panel
     CHECK(!plan(cfg(128, "sm_90a")).wide_v);  // one 128-wide instruction already

@@ -1,15 +1,19 @@
 // The warp-specialized Hopper forward family (templates/fwd/sm90_ws.cuh): a producer warpgroup streams K/V tiles with
 // TMA (tensor maps encoded here, per launch) into a ring of mbarrier-guarded slots; consumer warpgroups overlap the
 // softmax of block j with the PV of block j-1 and may take turns on the tensor cores (ping-pong).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "arch/arch.hpp"
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
 #include "kernels/sm90.hpp"
+#include "core/errors.hpp"
 #include "util/env.hpp"
 
 namespace rtattn::kernels {
@@ -81,6 +85,13 @@ View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, i
 // ConfigError naming the variable (thrown again on every launch until fixed), never TMA left on silently.
 bool tma_disabled() {
     static const bool off = !util::env_flag("RTATTN_TMA").value_or(true);
+    return off;
+}
+
+// RTATTN_PERSISTENT=0 or false: persistent kernels get a CTA per tile, as the others (each does one tile); for
+// timing the scheduler against the plain grid with the same cubin. Read once, as RTATTN_TMA.
+bool persistence_disabled() {
+    static const bool off = !util::env_flag("RTATTN_PERSISTENT").value_or(true);
     return off;
 }
 
@@ -171,6 +182,10 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
 }
 
 
+int staging(const plan::KernelPlan& p) {
+    return !p.persistent ? geometry::kStageOverTiles : p.o_apart ? geometry::kStageApart : geometry::kStageOverQ;
+}
+
 class FwdSm90Ws final : public ForwardFamily {
 public:
     const char* name() const override { return "fwd_sm90_ws"; }
@@ -192,17 +207,27 @@ public:
         flags();
         sm90::align_swizzled_tiles(p);
         flags();  // alignment may have given up swizzled tiles
+        // Persistent with O's own staging bytes where they fit, else staging over Q, else grid-launched.
+        const int optin = arch::get(p.arch).smem_optin;
+        p.persistent = p.o_apart = true;
+        if (smem_bytes(p) > optin) p.o_apart = false;
+        if (smem_bytes(p) > optin) p.persistent = false;
+        // d148 and d156 (split rows, V padded to 160, O over Q): the consumers' 216 registers do not hold the tile walk
+        // as well (4 bytes of spills, causal).
+        if (p.persistent && !p.o_apart && p.split_rows && p.pad_v == 160) p.persistent = false;
     }
     int min_stages() const override { return 2; }  // block j's K and block j-1's V are held at once
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32 + 128; }  // + the producer
     int smem_bytes(const plan::KernelPlan& p) const override {
-        return geometry::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v);
+        return geometry::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v,
+                                                staging(p));
     }
     std::string describe(const plan::KernelPlan& p) const override {
         std::string k = sm90::describe_tiles(p) + ", producer warpgroup";
         if (p.ping_pong) k += ", ping-pong";
         if (p.split_rows) k += ", split rows";
         if (p.wide_v) k += ", one PV instruction";
+        if (p.persistent) k += p.o_apart ? ", persistent" : ", persistent (O staged over Q)";
         return k;
     }
     render::StubSpec stub(const plan::KernelPlan& p) const override {
@@ -210,7 +235,8 @@ public:
                                           "const __grid_constant__ rtattn::FwdParamsTma params", "flash_fwd_sm90_ws");
         s.generated = sm90::wgmma_wrappers(p);
         for (const auto& [name, v] : {std::pair{"kSwizzle", p.swizzle}, {"kPingPong", p.ping_pong},
-                                      {"kSplitRows", p.split_rows}, {"kWideV", p.wide_v}})
+                                      {"kSplitRows", p.split_rows}, {"kWideV", p.wide_v},
+                                      {"kPersistent", p.persistent}, {"kOApart", p.o_apart}})
             s.traits.push_back({"bool", name, v ? "true" : "false"});
         return s;
     }
@@ -218,7 +244,34 @@ public:
         FwdParamsTma prm{};
         prm.p = forward_params(l.config, l.args);
         encode_kv_maps(l.plan, l.args, l.config.num_heads_kv, prm);
-        launch_forward_grid(l, &prm);
+        if (!l.plan.persistent) return launch_forward_grid(l, &prm);
+        prm.m_blocks = (l.args.seqlen_q + l.plan.block_m - 1) / l.plan.block_m;
+        prm.batch = l.args.batch;
+        // A CTA per SM (the kernel takes every SM's registers) walking the work (sm90::CtaTiles); a CTA per tile
+        // where the kernel loads with cp.async (the producer threads hold no walk), for packed sequences of different
+        // lengths (the hardware balances them; they walk only where the grid's x cannot hold a CTA per tile), or
+        // where that is asked for.
+        const std::int64_t per_head = l.plan.causal ? (prm.m_blocks + 1) / 2 : prm.m_blocks;
+        const std::int64_t units = per_head * l.config.num_heads_q * l.args.batch;
+        const std::int64_t tiles = std::int64_t(prm.m_blocks) * l.config.num_heads_q * l.args.batch;
+        constexpr std::int64_t kMaxGrid = 0x7fffffff;
+        // O staged over Q, the next Q loads after the store: non-causal d132 at S=4096 (32 query blocks) walked at
+        // 0.93x a CTA per tile, at S<=2048 1.04-1.29x (H100); d256 within 1-4% either way there. Causal walks gained
+        // 1.04-1.18x at d132 up to S=4096.
+        const bool walk_pays = l.plan.o_apart || l.plan.causal || prm.m_blocks <= 16;
+        prm.walk = prm.use_tma != 0 &&
+                   (tiles > kMaxGrid || (!l.plan.varlen && walk_pays && !persistence_disabled()));
+        if (!prm.walk && tiles > kMaxGrid)
+            throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
+                                                        "pointers or strides not 16-byte aligned, or RTATTN_TMA=0); "
+                                                        "allowed up to {}",
+                                                        tiles, l.plan.block_m, kMaxGrid));
+        const std::int64_t ctas = prm.walk ? std::min<std::int64_t>(units, std::max(1, l.resident_ctas)) : tiles;
+        void* args[] = {&prm};
+        driver::check(driver::api().cuLaunchKernel(l.module.functions.at(0), unsigned(ctas), 1, 1,
+                                                   unsigned(l.plan.threads()), 1, 1, unsigned(l.plan.smem_bytes),
+                                                   static_cast<CUstream>(l.stream), args, nullptr),
+                      "cuLaunchKernel");
     }
 };
 

@@ -139,6 +139,8 @@ std::string plan_json(const KernelPlan& p) {
     j["ping_pong"] = p.ping_pong;
     j["split_rows"] = p.split_rows;
     j["wide_v"] = p.wide_v;
+    j["persistent"] = p.persistent;
+    j["o_apart"] = p.o_apart;
     j["paged_kv"] = p.paged_kv;
     j["vec_qk"] = p.vec_qk;
     j["vec_v"] = p.vec_v;

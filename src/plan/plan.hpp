@@ -43,6 +43,9 @@ struct KernelPlan {
     // fwd_sm90_ws: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
     // per k-step instead of one per panel width (templates: sm90::WideLayout).
     bool wide_v = false;
+    // fwd_sm90_ws: a CTA per SM loops over tiles (where O's staging fits shared memory: over Q at least), with O
+    // staged in bytes of its own where those fit too (o_apart; geometry::kStage*).
+    bool persistent = false, o_apart = false;
     bool paged_kv = false;    // dec_mma: K and V through a block table
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;

@@ -22,15 +22,25 @@ struct CtaTile {
     int k_begin;   // its first key row in packed K/V (varlen; 0 when dense): TMA coordinates count from there
 };
 
-template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged = false>
-__device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
-    const int head = blockIdx.y, kv_head = head / p.q_per_kv;
-    const Seq<kVarlen> s = seq_info<kVarlen, kPaged>(p, blockIdx.z);
+// Which tile: query block `m_block` of query head `head` in sequence `batch`.
+struct TileCoord {
+    int m_block, head, batch;
+};
+
+// The tile of a CTA in a grid of (query block, head, sequence).
+template <bool kCausal>
+__device__ __forceinline__ TileCoord grid_tile() {
+    return {kCausal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+}
+
+// The tile whose query block m_block() is (a callable, evaluated where the grid's x used to be read: the
+// grid-launched kernels' code stays as it was).
+template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged, class MBlock>
+__device__ __forceinline__ CtaTile cta_tile_of(const FwdParams& p, int head, int batch, MBlock m_block) {
+    const int kv_head = head / p.q_per_kv;
+    const Seq<kVarlen> s = seq_info<kVarlen, kPaged>(p, batch);
     CtaTile t;
-    // Causal: the last query blocks see the most keys; launching them first (blocks are dispatched in x order)
-    // leaves the short ones to fill the final wave. Per head on purpose: longest-first across all heads evens out
-    // the last wave better on paper but ran 2-14% slower on an H200 (a wave then mixes every head's K/V in L2).
-    t.q0 = (kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kBlockM;
+    t.q0 = m_block() * kBlockM;
     t.q = static_cast<const u16*>(p.q) + s.q_offset(p.q_batch_stride, p.q_seq_stride) + head * p.q_head_stride +
           (long long)t.q0 * p.q_seq_stride;
     // Paged: k and v are the KV head's start in page 0; rows come through the block table (paged_row).
@@ -41,6 +51,19 @@ __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
     t.seqlen_q = s.seqlen_q, t.seqlen_k = s.seqlen_k, t.k_begin = s.k_begin;
     t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, s.seqlen_q, s.seqlen_k);
     return t;
+}
+
+// A grid-launched CTA's tile: grid x = query block (the last one first when causal), y = query head, z = sequence.
+template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged = false>
+__device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
+    return cta_tile_of<kCausal, kVarlen, kBlockM, kBlockN, kPaged>(
+        p, blockIdx.y, blockIdx.z, [] { return kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; });
+}
+
+// A persistent CTA's tile (tile_coord).
+template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged = false>
+__device__ __forceinline__ CtaTile cta_tile(const FwdParams& p, TileCoord c) {
+    return cta_tile_of<kCausal, kVarlen, kBlockM, kBlockN, kPaged>(p, c.head, c.batch, [c] { return c.m_block; });
 }
 
 }  // namespace detail

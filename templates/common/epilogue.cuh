@@ -34,12 +34,12 @@ __device__ __forceinline__ void store_pair(ptx::u16* dst, int c, float x0, float
 // Epilogue, part 1 (per warp): normalize this warp's rows, write them as 16-bit into the row-major staging tile
 // sO (row stride kStrideO) and write LSE. Rows with no visible key get O = 0 and LSE = +inf, as FlashAttention.
 // warp_row0: the warp's first row inside the CTA tile. `seq`: the CTA's sequence (seq_info, worked out again here
-// rather than kept live through the main loop).
+// rather than kept live through the main loop); `head`: its query head, -1 for the grid's y (read where it is used).
 template <bool kBF16, int kMT, int kNV, int kStrideO, bool kVarlen>
 __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, const Seq<kVarlen>& seq,
                                                     float (&acc_o)[kMT][kNV][4],
                                                     const float (&row_max)[kMT][2], const float (&row_sum)[kMT][2],
-                                                    u16* sO, int warp_row0, int q0, int lane) {
+                                                    u16* sO, int warp_row0, int q0, int lane, int head = -1) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -54,21 +54,22 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, const Se
             }
             if (p.lse != nullptr && (lane & 3) == 0 && q0 + r < seq.seqlen_q) {
                 const float lse = sum > 0.f ? row_max[mt][h] * p.scale + logf(sum) : __int_as_float(0x7f800000);
-                p.lse[seq.lse_index(p, blockIdx.y) + q0 + r] = lse;
+                p.lse[seq.lse_index(p, head < 0 ? blockIdx.y : unsigned(head)) + q0 + r] = lse;
             }
         }
     }
 }
 
-// Epilogue, part 2 (whole CTA, after a barrier): copy the staged tile to global memory with full-width vectors.
+// Epilogue, part 2 (the kThreads that staged it, after a barrier): copy the staged tile of kBlockM rows, query rows
+// q0.. of query head `head` (-1: the grid's y), to global memory with full-width vectors.
 // rot (a multiple of kVecV): staged column c is output element (c + rot) mod kHeadDimV (split-row TMA layout).
 template <int kBlockM, int kHeadDimV, int kVecV, int kStrideO, int kThreads, bool kVarlen>
 __device__ __forceinline__ void store_tile(const FwdParams& p, const Seq<kVarlen>& seq, const u16* sO, int q0,
-                                           int tid, int rot = 0) {
+                                           int tid, int rot = 0, int head = -1) {
     using OVec = typename VecOf<kVecV>::type;
     constexpr int kPerRow = kHeadDimV / kVecV;
     u16* gO = static_cast<u16*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_seq_stride) +
-              blockIdx.y * p.o_head_stride + (long long)q0 * p.o_seq_stride;
+              (head < 0 ? blockIdx.y : unsigned(head)) * p.o_head_stride + (long long)q0 * p.o_seq_stride;
     const int valid_rows = seq.seqlen_q - q0;
     for (int i = tid; i < kBlockM * kPerRow; i += kThreads) {
         const int r = i / kPerRow;

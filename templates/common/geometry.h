@@ -95,11 +95,29 @@ RTATTN_GEOMETRY int fwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
 }
 
 // The warp-specialized Hopper forward (fwd/sm90_ws.cuh) adds its K/V ring's mbarriers after the tiles: full and
-// empty, for K and for V, per slot, 8 bytes each.
+// empty, for K and for V, per slot, 8 bytes each. Where it stages O (kStage*): over Q/K/V once a grid-launched CTA's
+// only tile is done with them; persistent (a CTA per SM looping over tiles, the producer filling the next tile's K/V
+// meanwhile), in bytes of its own after the K/V ring, so that the next Q loads under the epilogue, or, where those do
+// not fit, over Q and a tail of up to 4 KB before the ring (padded O rows are 8 columns wider than Q's at d160,
+// d192, d256), the next Q loading after the store.
+enum Staging { kStageOverTiles = 0, kStageApart = 1, kStageOverQ = 2 };  // an enum: no device variables in cubins
 RTATTN_GEOMETRY int kv_ring_barriers(int stages) { return 4 * stages; }
+RTATTN_GEOMETRY int fwd_sm90_ws_q_bytes(int pad_qk, int pad_v, int block_m, int staging) {
+    const int q = 2 * block_m * pad_qk, o = 2 * block_m * padded_row(pad_v);
+    return staging == kStageOverQ && o > q ? round_up(o, 1024) : q;  // the K/V ring stays on 1024-byte swizzle atoms
+}
+RTATTN_GEOMETRY int fwd_sm90_ws_tile_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wide_v,
+                                           int staging) {
+    if (staging == kStageOverTiles) return fwd_sm90_smem_bytes(pad_qk, pad_v, block_m, block_n, stages, wide_v);
+    return fwd_sm90_ws_q_bytes(pad_qk, pad_v, block_m, staging) +
+           2 * stages * block_n * (pad_qk + v_tile_cols(pad_v, wide_v)) +
+           (staging == kStageApart ? 2 * block_m * padded_row(pad_v) : 0);
+}
 RTATTN_GEOMETRY int fwd_sm90_ws_barrier_offset(int tile_bytes) { return round_up(tile_bytes, 8); }
-RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wide_v) {
-    return fwd_sm90_ws_barrier_offset(fwd_sm90_smem_bytes(pad_qk, pad_v, block_m, block_n, stages, wide_v)) +
+RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wide_v,
+                                           int staging) {
+    return fwd_sm90_ws_barrier_offset(
+               fwd_sm90_ws_tile_bytes(pad_qk, pad_v, block_m, block_n, stages, wide_v, staging)) +
            8 * kv_ring_barriers(stages);
 }
 

@@ -146,6 +146,9 @@ struct FwdParamsTma {
     int split_classes;  // split rows only: 2 or 4
     int k_rot[4];       // split rows only: rotation of K (and Q) rows of each class, in elements
     int v_rot[4];       // split rows only: rotation of V (and O) rows
+    // Persistent kernels: the tiles are m_blocks query blocks x heads_q x batch sequences. walk: each CTA walks them
+    // (sm90::CtaTiles), else it takes tile blockIdx.x of them.
+    int m_blocks, batch, walk;
 };
 
 }  // namespace rtattn

@@ -8,7 +8,11 @@
 //  - per key block j a consumer issues QK^T(j) and PV(j-1) back to back, runs the softmax of block j while PV(j-1)
 //    is still on the tensor cores, then rescales O (FlashAttention-3's intra-warpgroup overlap);
 //  - with kPingPong, consumer warpgroups take turns issuing their GEMMs (named barriers), so one warpgroup's
-//    softmax runs under the other's GEMMs instead of all of them hitting the softmax at once.
+//    softmax runs under the other's GEMMs instead of all of them hitting the softmax at once;
+//  - with kPersistent, a CTA per SM loops over tiles (sm90::CtaTiles): the producer fills the next tile's K/V
+//    while the consumers finish this one, so a short sequence's tiles do not each pay a CTA's start, its first loads
+//    and its epilogue in series. With kOApart, O is staged in bytes of its own and each consumer warpgroup loads its
+//    next Q rows as soon as its last QK^T is done; without, O is staged over Q and the next Q loads after the store.
 // K and V have separate "full" and "empty" barriers: K of block j is released as soon as QK^T(j) is done, one
 // iteration before V, so the next K load starts early.
 #pragma once
@@ -23,9 +27,17 @@ struct FwdShapeSm90Ws {
     static constexpr int kConsumers = T::kWarps / 4;                 // consumer warpgroups
     static constexpr int kConsumerThreads = T::kWarps * 32;
     static constexpr int kThreads = kConsumerThreads + 128;          // + the producer warpgroup
-    static constexpr int kBarrierOffset = geometry::fwd_sm90_ws_barrier_offset(Base::kSmemBytes);
-    static constexpr int kSmemBytes =
-        geometry::fwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWideV);
+    static constexpr int kStaging = !T::kPersistent ? geometry::kStageOverTiles
+                                    : T::kOApart    ? geometry::kStageApart
+                                                    : geometry::kStageOverQ;
+    static constexpr int kQBytes = geometry::fwd_sm90_ws_q_bytes(T::kPadQK, T::kPadV, T::kBlockM, kStaging);
+    static constexpr int kBarrierOffset = geometry::fwd_sm90_ws_barrier_offset(geometry::fwd_sm90_ws_tile_bytes(
+        T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWideV, kStaging));
+    static constexpr int kSmemBytes = geometry::fwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
+                                                                       T::kStages, T::kWideV, kStaging);
+    static_assert(kQBytes >= 2 * Base::kQElems && (!T::kPersistent || T::kOApart || kQBytes >= 2 * T::kBlockM *
+                                                                                                Base::kStrideV),
+                  "O staged over Q fits the bytes before the K/V ring");
     // Register split (65536 per SM, one CTA). The producer computes cp.async addresses (the TMA path needs next to
     // nothing); consumers hold O, S and P. Wide O (d_v > 160) takes the registers from the producer.
     // Two different load loops (d_qk != d_v) cost the producer more registers; narrow O can spare them.
@@ -51,37 +63,105 @@ struct FwdShapeSm90Ws {
 };
 
 namespace sm90 {
-// Named barrier ids (0 is __syncthreads): 1..3 turn-taking, 4..6 per-warpgroup Q, 7 consumer epilogue.
-constexpr int kBarTurn = 1, kBarQ = 4, kBarEpilogue = 7;
+// Named barrier ids (0 is __syncthreads): 1..3 turn-taking, 4..6 per-warpgroup Q, 7 all consumers before staging O
+// where it overwrites Q/K/V, 8..10 per-warpgroup O staging.
+constexpr int kBarTurn = 1, kBarQ = 4, kBarEpilogue = 7, kBarStage = 8;
+
+// The tiles a CTA takes. Persistent kernels: a CTA per tile (tile blockIdx.x), or, when the host says walk, one per
+// SM walking the work in rounds of gridDim.x units (in order: the unit fastest, then the head, then the sequence). A unit is a query block, or, when causal, a pair of them whose key blocks add up the same for every
+// pair (the longest and the shortest, the second longest and the second shortest, ...), so that a static walk
+// gives every CTA the same work: walked one query block at a time, causal tiles left CTAs idle for a third of the
+// time at d128 S=16k (436 vs 640 TFLOPS on an H100; a simulated schedule, 1.2-1.6x the mean per CTA). Varlen
+// sequences differ in length, so packed calls take a CTA per tile and leave the balance to the hardware.
+// Causal tiles taken one each come longest first per head (blocks are dispatched in x order), as the grid's do.
+// Other kernels: the one tile of their place in a (query block, head, sequence) grid.
+template <class T>
+struct CtaTiles {
+    // unit << 2 | the walk's round is odd << 1 | the causal pair's second (shorter) query block: one register for
+    // the three (d36 causal spilled 4 bytes with a separate flag).
+    unsigned bits = 0, head = 0;
+    int batch = 0;
+    __device__ __forceinline__ static bool walking(const FwdParamsTma& pt) { return T::kPersistent && pt.walk != 0; }
+    __device__ __forceinline__ explicit CtaTiles(const FwdParamsTma& pt) {
+        if constexpr (T::kPersistent) step(blockIdx.x, pt);
+    }
+    // n units on (32-bit steps: the tile count itself may pass 2^31, and a 64-bit division per tile made the
+    // producer spill).
+    __device__ __forceinline__ void step(unsigned n, const FwdParamsTma& pt) {
+        const unsigned per_head = T::kCausal && walking(pt) ? (pt.m_blocks + 1) / 2 : pt.m_blocks;
+        const unsigned heads = pt.p.heads_q;
+        unsigned m = (bits >> 2) + n;
+        if (m >= per_head) {
+            head += m / per_head, m %= per_head;
+            if (head >= heads) batch += int(head / heads), head %= heads;
+        }
+        bits = m << 2 | (bits & 2);
+    }
+    __device__ __forceinline__ bool done(const FwdParamsTma& pt) const {
+        return batch >= (T::kPersistent ? pt.batch : 1);
+    }
+    // Rounds of gridDim.x units go forth and back (CTA c takes unit c of even rounds, gridDim.x - 1 - c of odd ones):
+    // where units differ (an odd count of query blocks leaves a lone middle one), a CTA does not take the small ones
+    // every round (d64 S=512 causal: units of 6 and 3 key blocks, 132 SMs; simulated, 1.38x the mean per CTA going
+    // forth only, 1.03x forth and back).
+    __device__ __forceinline__ void next(const FwdParamsTma& pt) {
+        if (!walking(pt)) {
+            batch = 1 << 30;
+        } else if (T::kCausal && bits % 2 == 0 && (bits >> 2) * 2 + 1 < unsigned(pt.m_blocks)) {
+            ++bits;  // the pair has a second block
+        } else {
+            const unsigned c = blockIdx.x, odd = bits & 2;
+            bits = (bits & ~3u) | (odd ^ 2);
+            step(odd ? 2 * c + 1 : 2 * (gridDim.x - c) - 1, pt);
+        }
+    }
+    __device__ __forceinline__ detail::TileCoord coord(const FwdParamsTma& pt) const {
+        if constexpr (!T::kPersistent) return detail::grid_tile<T::kCausal>();
+        const int m = int(bits >> 2);
+        const int m_block = !T::kCausal || bits % 2 != 0 ? m : pt.m_blocks - 1 - m;
+        return {m_block, int(head), batch};
+    }
+};
+
+template <class T>
+__device__ __forceinline__ detail::CtaTile tile_at(const FwdParamsTma& pt, detail::TileCoord c) {
+    return detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(pt.p, c);
+}
+// Varlen: a tile past its sequence's end (the grid covers the longest) has nothing to do, not even an epilogue.
+template <class T>
+__device__ __forceinline__ bool idle_tile(const detail::CtaTile& cta) {
+    return T::kVarlen && cta.q0 >= cta.seqlen_q;
+}
 }  // namespace sm90
 
 // TMA producer, one warp (lane 0 does the work): a box per panel and tile, completing on the slot's full barrier.
 // Rows past seqlen_k and columns past the head dim arrive as zeros, so tails and padding need no extra work.
 // Varlen: the maps span the packed total_k rows, so a tile's rows past its sequence are the next sequence's keys:
 // masked in S like any tail, and those V rows meet P = 0 (finite data, as the caller's other sequences are).
+// `it`: the ring position of the tile's first key block (key blocks of earlier tiles, persistent).
 template <class T>
 __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
-                                            sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta, int lane) {
+                                            sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta,
+                                            detail::TileCoord c, int it) {
     using detail::u32;
     using B = FwdShapeSm90<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
-    if (lane != 0) return;
-    const int kv_head = blockIdx.y / pt.p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z;
+    const int kv_head = c.head / pt.p.q_per_kv, batch = T::kVarlen ? 0 : c.batch;
     for (int j = 0; j < cta.n_blocks; ++j) {
-        const int slot = ring.slot(j), k0 = cta.k_begin + j * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + j * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
-        const u32 parity = ring.empty_parity(j);
+        const u32 parity = ring.empty_parity(b);
         const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
         const int c1 = pt.tma_seq_dim == 1 ? k0 : kv_head, c2 = pt.tma_seq_dim == 1 ? kv_head : k0;
-        if (j >= kSt) ptx::mbar_wait(empty_k, parity);
+        if (b >= kSt) ptx::mbar_wait(empty_k, parity);
         ptx::mbar_arrive_expect_tx(full_k, 2 * B::kKElems);
         LK::for_each_panel([&](int kind, int col, int offset) {
             ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], col, c1, c2, batch, full_k);
         });
-        if (j >= kSt) ptx::mbar_wait(empty_v, parity);
+        if (b >= kSt) ptx::mbar_wait(empty_v, parity);
         ptx::mbar_arrive_expect_tx(full_v, 2 * B::kVElems);
         LV::for_each_panel([&](int kind, int col, int offset) {
             ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], col, c1, c2, batch, full_v);
@@ -157,7 +237,8 @@ struct SplitTail {
 // The slot's full barrier completes once the TMA bytes have landed and all 4 producer warps have arrived (1 + 4).
 template <class T>
 __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
-                                              sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta, int ptid) {
+                                              sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta,
+                                              detail::TileCoord c, int it, int ptid) {
     using detail::u16;
     using detail::u32;
     using B = FwdShapeSm90<T>;
@@ -166,7 +247,7 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     const FwdParams& p = pt.p;
-    const int kv_head = blockIdx.y / p.q_per_kv, batch = T::kVarlen ? 0 : blockIdx.z;
+    const int kv_head = c.head / p.q_per_kv, batch = T::kVarlen ? 0 : c.batch;
     const int cls = kv_head % pt.split_classes;
     const int n_blocks = cta.n_blocks;
     const int head_coord = kv_head / pt.split_classes;  // each map's head dimension steps split_classes kv heads
@@ -184,17 +265,17 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     tail_k.load(k_next, cta.k, p.k_seq_stride, 0, n_blocks, cta.seqlen_k);
     tail_v.load(v_next, cta.v, p.v_seq_stride, 0, n_blocks, cta.seqlen_k);
     for (int j = 0; j < n_blocks; ++j) {
-        const int slot = ring.slot(j), k0 = cta.k_begin + j * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + j * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
-        const u32 parity = ring.empty_parity(j);
+        const u32 parity = ring.empty_parity(b);
         const int c1 = pt.tma_seq_dim == 1 ? k0 : head_coord, c2 = pt.tma_seq_dim == 1 ? head_coord : k0;
         // One tile: wait for the slot, TMA the main panels, store this thread's tail pieces, arrive, fetch the next.
         // `layout` is LK or LV (a tag: only its static members are used).
         auto fill = [&](auto layout, int main_cols, u32 empty, u32 full, u16* dst, const TmaMap* maps,
                         const auto& tail, auto& pieces, const u16* g, long long stride) {
             using L = decltype(layout);
-            if (j >= kSt) ptx::mbar_wait(empty, parity);
+            if (b >= kSt) ptx::mbar_wait(empty, parity);
             if (ptid == 0) {
                 ptx::mbar_arrive_expect_tx(full, 2 * T::kBlockN * main_cols);
                 L::for_each_panel([&](int kind, int col, int offset) {
@@ -211,6 +292,54 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
         };
         fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, tail_k, k_next, cta.k, p.k_seq_stride);
         fill(LV{}, S::kMainV, empty_v, full_v, sV + slot * B::kVElems, v_maps, tail_v, v_next, cta.v, p.v_seq_stride);
+    }
+}
+
+// The producer warpgroup: K/V tiles of every tile this CTA takes, into the ring. Block j of a tile is ring position
+// it + j (it: the key blocks of the CTA's earlier tiles) and goes to slot (it + j) % kSt once every consumer warp
+// has released that slot's previous occupant.
+template <class T>
+__device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
+                                        sm90::KvRing<T::kStages> ring, int ptid) {
+    using detail::u32;
+    using B = FwdShapeSm90<T>;
+    using S = FwdShapeSm90Ws<T>;
+    constexpr int kSt = T::kStages;
+    const FwdParams& p = pt.p;
+    if (!(T::kSwizzle && pt.use_tma != 0)) {
+        // cp.async (the host launches a CTA per tile then): the CTA's tile, every producer thread.
+        const detail::CtaTile cta = sm90::tile_at<T>(pt, sm90::CtaTiles<T>(pt).coord(pt));
+        if (sm90::idle_tile<T>(cta)) return;
+        for (int j = 0; j < cta.n_blocks; ++j) {
+            const int slot = ring.slot(j), k0 = j * T::kBlockN;
+            const u32 parity = ring.empty_parity(j);
+            if (j >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
+            sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN,
+                            S::kLoadUnroll>(sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride,
+                                            p.k_seq_stride, cta.seqlen_k - k0, ptid);
+            sm90::signal_loaded<T::kVecQK>(ring.full_k(slot));
+            if (j >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
+            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN,
+                            S::kLoadUnroll, sm90::VLayout<T>>(sV + slot * B::kVElems,
+                                                              cta.v + (long long)k0 * p.v_seq_stride,
+                                                              p.v_seq_stride, cta.seqlen_k - k0, ptid);
+            sm90::signal_loaded<T::kVecV>(ring.full_v(slot));
+        }
+        ptx::cp_async_wait<0>();  // exit with nothing in flight
+        return;
+    }
+    // TMA without split rows: one thread issues every box.
+    if (!T::kSplitRows && ptid != 0) return;
+    int it = 0;
+    for (sm90::CtaTiles<T> tiles(pt); !tiles.done(pt); tiles.next(pt)) {
+        const detail::TileCoord c = tiles.coord(pt);
+        const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
+        if (sm90::idle_tile<T>(cta)) continue;
+        if constexpr (T::kSplitRows)
+            produce_split<T>(pt, sK, sV, ring, cta, c, it, ptid);
+        else if constexpr (T::kSwizzle)
+            produce_tma<T>(pt, sK, sV, ring, cta, c, it);
+        it += cta.n_blocks;
     }
 }
 
@@ -232,21 +361,18 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     u16* sQ = reinterpret_cast<u16*>(smem_raw);
-    u16* sK = sQ + B::kQElems;
+    u16* sK = reinterpret_cast<u16*>(smem_raw + S::kQBytes);
     u16* sV = sK + kSt * B::kKElems;
+    // O's staging tile (geometry::kStage*): bytes of its own, or over Q (and K/V, for a grid-launched CTA's only tile).
+    u16* sO = T::kOApart ? sV + kSt * B::kVElems : sQ;
     const sm90::KvRing<kSt> ring{ptx::smem_u32(smem_raw + S::kBarrierOffset)};
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int wg = warp >> 2;  // 0..kNC-1: consumers; kNC: producer
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(p);
-    const int q0 = cta.q0, n_blocks = cta.n_blocks;
-    const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
-    if constexpr (T::kVarlen) {
-        if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
-    }
 
+    // Pad columns are zeroed once: loads never write them (TMA's out-of-bounds columns arrive as zeros).
     detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, S::kThreads>(sQ, tid, LQ::offset);
 #pragma unroll
     for (int st = 0; st < kSt; ++st) {
@@ -269,53 +395,28 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     __syncthreads();
 
     if (wg == kNC) {
-        // Producer: block j goes to slot j % kSt once every consumer warp has released that slot's previous
-        // occupant (block j - kSt), whose release completed phase j/kSt - 1 of the empty barrier.
         ptx::setmaxnreg_dec<S::kProducerRegs>();
-        if constexpr (T::kSplitRows) {
-            if (pt.use_tma != 0) {
-                produce_split<T>(pt, sK, sV, ring, cta, tid - S::kConsumerThreads);
-                return;
-            }
-        } else if constexpr (T::kSwizzle) {
-            if (pt.use_tma != 0) {
-                if (warp == 4 * kNC) produce_tma<T>(pt, sK, sV, ring, cta, lane);
-                return;
-            }
-        }
-        const int ptid = tid - S::kConsumerThreads;
-        for (int j = 0; j < n_blocks; ++j) {
-            const int slot = ring.slot(j), k0 = j * T::kBlockN;
-            const u32 parity = ring.empty_parity(j);
-            if (j >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
-            sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN, S::kLoadUnroll>(
-                sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, ptid);
-            sm90::signal_loaded<T::kVecQK>(ring.full_k(slot));
-            if (j >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
-            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN, S::kLoadUnroll, LV>(
-                sV + slot * B::kVElems, cta.v + (long long)k0 * p.v_seq_stride, p.v_seq_stride, seqlen_k - k0, ptid);
-            sm90::signal_loaded<T::kVecV>(ring.full_v(slot));
-        }
-        ptx::cp_async_wait<0>();  // exit with nothing in flight
+        produce<T>(pt, sK, sV, ring, tid - S::kConsumerThreads);
         return;
     }
 
     ptx::setmaxnreg_inc<S::kConsumerRegs>();
     const int ctid = tid & 127;  // thread within the warpgroup
     const int q_row0 = wg * 64;
-    // Split rows: Q columns rotate with K's (the dot product only needs both in the same order), O with V's.
-    const int kv_class = T::kSplitRows ? (blockIdx.y / p.q_per_kv) % pt.split_classes : 0;
-    const int q_rot = T::kSplitRows ? pt.k_rot[kv_class] : 0, o_rot = T::kSplitRows ? pt.v_rot[kv_class] : 0;
-    // Each consumer warpgroup loads its own 64 Q rows while the producer starts on K/V.
-    sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
-        sQ, cta.q + (long long)q_row0 * p.q_seq_stride, p.q_seq_stride, seqlen_q - q0 - q_row0, ctid, q_row0, q_rot);
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    ptx::bar_sync(sm90::kBarQ + wg, 128);
+    // This warpgroup's 64 Q rows of a tile (its own rows: no other warpgroup reads them). Split rows: Q columns
+    // rotate with K's (the dot product only needs both in the same order).
+    auto load_q = [&](const sm90::CtaTiles<T>& tiles) {
+        const detail::TileCoord c = tiles.coord(pt);
+        const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
+        const int q_rot = T::kSplitRows ? pt.k_rot[(c.head / p.q_per_kv) % pt.split_classes] : 0;
+        sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
+            sQ, cta.q + (long long)q_row0 * p.q_seq_stride, p.q_seq_stride, cta.seqlen_q - cta.q0 - q_row0, ctid,
+            q_row0, q_rot);
+        ptx::cp_async_commit();
+    };
 
     // Turn-taking: warpgroup c issues after c-1 has issued (warpgroup 0 after the last one); the last warpgroup
-    // opens the first turn.
+    // opens the first turn. Turns run on across tiles: every warpgroup takes as many per tile.
     auto my_turn = [&] {
         if constexpr (T::kPingPong && kNC > 1) ptx::bar_sync(sm90::kBarTurn + wg, 256);
     };
@@ -328,90 +429,165 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const u32 q_addr = ptx::smem_u32(sQ);
     auto k_at = [&](int slot) { return ptx::smem_u32(sK + slot * B::kKElems); };
     auto v_at = [&](int slot) { return ptx::smem_u32(sV + slot * B::kVElems); };
-    auto wait_full = [&](u32 bar, int block) {
-        ptx::mbar_wait(bar, ring.full_parity(block));
+    auto wait_full = [&](u32 bar, int b) {
+        ptx::mbar_wait(bar, ring.full_parity(b));
         wgmma::fence_proxy_async();  // the producer's generic-proxy writes, ordered before this thread's wgmma
     };
     auto release = [&](u32 bar) {
         if (lane == 0) ptx::mbar_arrive(bar);
     };
-    // Scores of block j (landed in s) -> masked, statistics updated; `corr` is what O must be scaled by.
-    float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
-    float row_sum[1][2] = {{0.f, 0.f}};
-    auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
-        const int n0 = j * T::kBlockN;
-        if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
-            detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
-        detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
-    };
 
-    float acc_o[1][kNV][4];
-#pragma unroll
-    for (int nb = 0; nb < kNV; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[0][nb][e] = 0.f;
-
-    if (n_blocks > 0) {
-        u32 pa[kKP][4];  // P of the block whose PV is issued next
-        {
-            float s[1][kNB][4];
-            float corr[1][2];  // O is still zero: nothing to rescale
-            wait_full(ring.full_k(0), 0);
-            my_turn();
-            wgmma::fence();
-            sm90::issue_qk<T>(s, q_addr, q_row0, k_at(0));
-            pass_turn();
-            wgmma::wait<0>();
-            sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-            release(ring.empty_k(0));
-            softmax_to_p(s, 0, corr);
-            sm90::pack_p<T>(s, pa);
+    int it = 0;  // ring position of the tile's first key block
+    sm90::CtaTiles<T> tiles(pt);
+    if (!tiles.done(pt)) load_q(tiles);
+    for (; !tiles.done(pt); tiles.next(pt)) {
+        const detail::TileCoord c = tiles.coord(pt);
+        const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
+        const int q0 = cta.q0, n_blocks = cta.n_blocks;
+        const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
+        // The next tile's Q rows, once this tile's last QK^T has read its own and (O staged over Q) its O has been
+        // stored: with O apart, issued under the last PV where the consumers' registers allow (two warpgroups), after
+        // it with three (d56 spilled 24 bytes).
+        constexpr bool kQUnderPV = T::kOApart && kNC < 3;
+        auto prefetch_q = [&] {
+            sm90::CtaTiles<T> after = tiles;
+            after.next(pt);
+            if (!after.done(pt)) load_q(after);
+        };
+        ptx::cp_async_wait<0>();
+        wgmma::fence_proxy_async();
+        ptx::bar_sync(sm90::kBarQ + wg, 128);
+        if (sm90::idle_tile<T>(cta)) {  // no epilogue: nothing is staged over Q
+            prefetch_q();
+            continue;
         }
-        for (int j = 1; j < n_blocks; ++j) {
-            const int slot = ring.slot(j), prev = ring.slot(j - 1);
-            float s[1][kNB][4];
-            float corr[1][2];
-            wait_full(ring.full_k(slot), j);
-            wait_full(ring.full_v(prev), j - 1);
+        if (T::kOApart && n_blocks == 0) prefetch_q();
+
+        // Scores of block j (landed in s) -> masked, statistics updated; `corr` is what O must be scaled by.
+        float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
+        float row_sum[1][2] = {{0.f, 0.f}};
+        auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
+            const int n0 = j * T::kBlockN;
+            if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
+                detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
+            detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
+        };
+
+        float acc_o[1][kNV][4];
+#pragma unroll
+        for (int nb = 0; nb < kNV; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[0][nb][e] = 0.f;
+
+        // A warpgroup whose 64 rows are all past the sequence's end (the last query block of a short sequence: at d64,
+        // S=256, two of the second tile's three) issues no GEMM and computes no softmax, so the others have the tensor
+        // cores to themselves; it still waits for each tile, takes its turns and releases the slots, so the ring's
+        // and the turns' phases stay in step.
+        if (q0 + q_row0 >= seqlen_q) {
+            for (int j = 0; n_blocks > 0 && j <= n_blocks; ++j) {  // the same waits, turns and releases as below
+                if (j < n_blocks) wait_full(ring.full_k(ring.slot(it + j)), it + j);
+                if (j > 0) wait_full(ring.full_v(ring.slot(it + j - 1)), it + j - 1);
+                my_turn();
+                pass_turn();
+                if (j < n_blocks) release(ring.empty_k(ring.slot(it + j)));
+                if (j > 0) release(ring.empty_v(ring.slot(it + j - 1)));
+            }
+            if (T::kOApart && n_blocks > 0) prefetch_q();
+        } else if (n_blocks > 0) {
+            u32 pa[kKP][4];  // P of the block whose PV is issued next
+            {
+                float s[1][kNB][4];
+                float corr[1][2];  // O is still zero: nothing to rescale
+                const int slot = ring.slot(it);
+                wait_full(ring.full_k(slot), it);
+                my_turn();
+                wgmma::fence();
+                sm90::issue_qk<T>(s, q_addr, q_row0, k_at(slot));
+                pass_turn();
+                wgmma::wait<0>();
+                sm90::fence_regs<kNB * 4>(&s[0][0][0]);
+                release(ring.empty_k(slot));
+                if (kQUnderPV && n_blocks == 1) prefetch_q();
+                softmax_to_p(s, 0, corr);
+                sm90::pack_p<T>(s, pa);
+            }
+            for (int j = 1; j < n_blocks; ++j) {
+                const int slot = ring.slot(it + j), prev = ring.slot(it + j - 1);
+                float s[1][kNB][4];
+                float corr[1][2];
+                wait_full(ring.full_k(slot), it + j);
+                wait_full(ring.full_v(prev), it + j - 1);
+                my_turn();
+                wgmma::fence();
+                sm90::issue_qk<T>(s, q_addr, q_row0, k_at(slot));
+                sm90::issue_pv<T>(acc_o, pa, v_at(prev));
+                pass_turn();
+                wgmma::wait<1>();  // QK^T(j) done; PV(j-1) may still run
+                sm90::fence_regs<kNB * 4>(&s[0][0][0]);
+                release(ring.empty_k(slot));
+                if (kQUnderPV && j == n_blocks - 1) prefetch_q();
+                softmax_to_p(s, j, corr);
+                wgmma::wait<0>();
+                sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
+                sm90::fence_regs<kKP * 4>(&pa[0][0]);
+                release(ring.empty_v(prev));
+                detail::rescale(acc_o, corr);
+                // P is packed only now: writing pa while PV(j-1) still reads it would serialize the wgmma pipeline.
+                sm90::pack_p<T>(s, pa);
+            }
+            const int last = ring.slot(it + n_blocks - 1);
+            wait_full(ring.full_v(last), it + n_blocks - 1);
             my_turn();
             wgmma::fence();
-            sm90::issue_qk<T>(s, q_addr, q_row0, k_at(slot));
-            sm90::issue_pv<T>(acc_o, pa, v_at(prev));
+            sm90::issue_pv<T>(acc_o, pa, v_at(last));
             pass_turn();
-            wgmma::wait<1>();  // QK^T(j) done; PV(j-1) may still run
-            sm90::fence_regs<kNB * 4>(&s[0][0][0]);
-            release(ring.empty_k(slot));
-            softmax_to_p(s, j, corr);
             wgmma::wait<0>();
             sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
             sm90::fence_regs<kKP * 4>(&pa[0][0]);
-            release(ring.empty_v(prev));
-            detail::rescale(acc_o, corr);
-            // P is packed only now: writing pa while PV(j-1) still reads it would serialize the wgmma pipeline.
-            sm90::pack_p<T>(s, pa);
+            release(ring.empty_v(last));  // persistent: the next tile's blocks take the slot
+            if (T::kOApart && !kQUnderPV) prefetch_q();
         }
-        const int last = ring.slot(n_blocks - 1);
-        wait_full(ring.full_v(last), n_blocks - 1);
-        my_turn();
-        wgmma::fence();
-        sm90::issue_pv<T>(acc_o, pa, v_at(last));
-        pass_turn();
-        wgmma::wait<0>();
-        sm90::fence_regs<kNV * 4>(&acc_o[0][0][0]);
-        sm90::fence_regs<kKP * 4>(&pa[0][0]);
+        it += n_blocks;
+
+        // Epilogue, per warpgroup: its 64 rows staged (after its previous tile's stores have read the staging rows;
+        // over Q (and K/V), after every consumer is done with them), then stored.
+        const int o_rot = T::kSplitRows ? pt.v_rot[(c.head / p.q_per_kv) % pt.split_classes] : 0;
+        if constexpr (T::kOApart)
+            ptx::bar_sync(sm90::kBarStage + wg, 128);
+        else
+            ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
+        const auto seq = detail::seq_info<T::kVarlen>(p, c.batch);  // again, rather than kept live through the loop
+        detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, seq, acc_o, row_max, row_sum, sO, warp * 16, q0,
+                                                                    lane, c.head);
+        ptx::bar_sync(sm90::kBarStage + wg, 128);
+        detail::store_tile<64, T::kHeadDimV, T::kVecV, B::kStrideV, 128>(p, seq, sO + q_row0 * B::kStrideV,
+                                                                         q0 + q_row0, ctid, o_rot, c.head);
+        if constexpr (T::kPersistent && !T::kOApart) {
+            // Every warpgroup's stores have read the O staged over Q: Q's pad columns are zeroed again (O overwrote
+            // them; QK^T must meet 0 there, never 0 x NaN) and the next Q loads. The pad columns (fewer than 16) all
+            // lie in the last panel, whose rows of this warpgroup are one contiguous run: zeroed whole with 16-byte
+            // stores, its real columns loaded again after (zero_pad_cols' per-element loop cost d148 28 bytes of
+            // spills).
+            ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
+            if constexpr (T::kHeadDimQK < T::kPadQK) {
+                if constexpr (T::kSwizzle) {
+                    constexpr int kLastW = geometry::last_panel_width(T::kPadQK);
+                    uint4* z = reinterpret_cast<uint4*>(sQ + LQ::offset(q_row0, T::kPadQK - kLastW));
+#pragma unroll
+                    for (int i = ctid; i < 64 * kLastW / 8; i += 128) z[i] = make_uint4(0, 0, 0, 0);
+                } else {
+                    detail::zero_pad_cols<64, T::kHeadDimQK, T::kPadQK, 128>(
+                        sQ, ctid, [&](int r, int col) { return LQ::offset(q_row0 + r, col); });
+                }
+                ptx::bar_sync(sm90::kBarStage + wg, 128);  // the zeros land before the loads' real columns
+            }
+            prefetch_q();
+        }
     }
     // The last warpgroup's final pass_turn (or its opening one, with no key blocks) is still pending on
     // warpgroup 0's barrier: take it, so no arrival outlives the CTA.
     if constexpr (T::kPingPong && kNC > 1)
         if (wg == 0) ptx::bar_sync(sm90::kBarTurn, 256);
-
-    ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);  // the staging area aliases Q/K/V
-    const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
-    detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ, warp * 16, q0,
-                                                                lane);
-    ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, B::kStrideV, S::kConsumerThreads>(p, seq, sQ, q0, tid,
-                                                                                              o_rot);
 }
 
 }  // namespace rtattn
