@@ -68,7 +68,8 @@ namespace sm90 {
 constexpr int kBarTurn = 1, kBarQ = 4, kBarEpilogue = 7, kBarStage = 8;
 
 // The tiles a CTA takes. Persistent kernels: a CTA per tile (tile blockIdx.x), or, when the host says walk, one per
-// SM walking the work in rounds of gridDim.x units (in order: the unit fastest, then the head, then the sequence). A unit is a query block, or, when causal, a pair of them whose key blocks add up the same for every
+// SM walking the work in rounds of gridDim.x units (in order: the unit fastest, then the head, then the sequence).
+// A unit is a query block, or, when causal, a pair of them whose key blocks add up the same for every
 // pair (the longest and the shortest, the second longest and the second shortest, ...), so that a static walk
 // gives every CTA the same work: walked one query block at a time, causal tiles left CTAs idle for a third of the
 // time at d128 S=16k (436 vs 640 TFLOPS on an H100; a simulated schedule, 1.2-1.6x the mean per CTA). Varlen
