@@ -78,14 +78,15 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
         CHECK(info["key"].get<std::string>().size() == 64);
         const json& p = info["plan"];  // the whole plan, as the cache entry and the stub record it
         CHECK(p["family"] == "fwd_sm90_ws");
-        CHECK(p["split_rows"] == true);
+        CHECK(p["shift_rows"] == true);
+        CHECK(p["split_rows"] == false);
         CHECK(p["vec_qk"] == 4);
         CHECK(p["pad_qk"] == 144);
-        CHECK(p["pad_v"] == 136);
+        CHECK(p["pad_v"] == 144);
         CHECK(p["block_m"].get<int>() > 0);
         CHECK(p["warps"].get<int>() > 0);
         CHECK(p["smem_bytes"].get<int>() > 0);
-        CHECK(p["useful_flop_fraction"].get<double>() == Approx(264.0 / 280.0));
+        CHECK(p["useful_flop_fraction"].get<double>() == Approx(264.0 / 288.0));
         const Result t = cli("info --head-dim 132 --arch sm_90a");
         CHECK(t.out.find("useful/issued FLOPs") != std::string::npos);
         CHECK(t.out.find("vector width: 4 elements") != std::string::npos);
@@ -164,7 +165,7 @@ TEST_CASE("rtattn render prints the source; --verbose adds the ptxas report", "[
     REQUIRE(r.code == 0);
     CHECK(r.out.find("kHeadDimQK = 132") != std::string::npos);
     CHECK(r.out.find("kPadQK = 144") != std::string::npos);
-    CHECK(r.out.find("kPadV = 136") != std::string::npos);
+    CHECK(r.out.find("kPadV = 144") != std::string::npos);  // shifted rows (8 kv heads): V padded to 16
     CHECK(r.out.find("rtattn_fwd_kernel") != std::string::npos);
 
     const Result v = cli("render --head-dim 64 --arch sm_80 --verbose");

@@ -108,6 +108,13 @@ TEST_CASE("odd and mixed head dims compile too", "[compile][nvrtc]") {
         INFO("NVRTC log:\n" << out.log);
         CHECK(out.ptxas.spill_store_bytes == 0);
     }
+    // Shifted rows (8 kv heads) where one tensor's head dim is on the 16 grid: its rows have no columns to zero.
+    for (auto [dq, dv] : {std::pair{64, 131}, {131, 128}, {96, 100}}) {
+        CAPTURE(dq, dv);
+        const auto out = build(dq, "sm_90a", rtattn::Dtype::fp16, true, dv, false, 8);
+        INFO("NVRTC log:\n" << out.log);
+        CHECK(out.ptxas.spill_store_bytes == 0);
+    }
 }
 
 TEST_CASE("an NVRTC failure carries log, options and source", "[compile]") {
@@ -144,10 +151,11 @@ TEST_CASE("ptxas report parsing", "[compile]") {
 // Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path
 // Hopper runs until its own backward family exists); dtype and causal alternate with d. The varlen forward and
 // backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
-// dim, the arch alternating with d. The forward with two kv heads, the varlen forward with one (sm_90a plans the
-// two apart for head dims that are not multiples of 8). In parallel. Hidden by default: ctest runs it as its own test, test_compile_sweep.
+// dim, the arch alternating with d. The forward with eight kv heads on sm_90a (two on sm_80), the varlen forward
+// with one (sm_90a plans them apart for head dims that are not multiples of 8) and, on sm_90a, with eight (shifted
+// rows). In parallel. Hidden by default: ctest runs it as its own test, test_compile_sweep.
 TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, varlen, paged and decode", "[.sweep]") {
-    enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward };
+    enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward, varlen_rows_16b };
     struct Job {
         int d;
         const char* arch;
@@ -165,6 +173,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         jobs.push_back({d, d % 2 ? "sm_80" : "sm_90a", varlen_forward});
         jobs.push_back({d, d % 2 ? "sm_90" : "sm_80", varlen_backward});
         jobs.push_back({d, d % 2 ? "sm_90a" : "sm_80", paged_forward});
+        jobs.push_back({d, "sm_90a", varlen_rows_16b});
     }
     std::atomic<size_t> next{0};
     std::mutex mu;
@@ -184,10 +193,13 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
                     r.regs = std::min(r.regs, e.registers);  // -1 (not found) fails below
                 }
             };
-            if (job.kind == forward || job.kind == varlen_forward) {
-                // The varlen jobs with one kv head: sm_90a's plans for rows 8 bytes off 16 (even d there).
-                const bool varlen = job.kind == varlen_forward;
-                entries(build(job.d, job.arch, dt, causal, 0, varlen, varlen ? 1 : 2), {"rtattn_fwd_kernel", "rtattn_merge"});
+            if (job.kind == forward || job.kind == varlen_forward || job.kind == varlen_rows_16b) {
+                // sm_90a with 8 kv heads: packed rows are 16-byte multiples at every d, so every head dim off the 16
+                // grid plans its TMA path (shifted rows) where it has one. The varlen jobs with one kv head: sm_90a's
+                // plans for rows 8 bytes off 16 (even d there).
+                const bool varlen = job.kind != forward;
+                const int heads_kv = job.kind == varlen_forward ? 1 : std::string(job.arch) == "sm_90a" ? 8 : 2;
+                entries(build(job.d, job.arch, dt, causal, 0, varlen, heads_kv), {"rtattn_fwd_kernel", "rtattn_merge"});
             } else if (job.kind == paged_forward) {
                 // A prefill against a paged cache, its queries packed for d % 4 in {0, 1}.
                 AttentionConfig c;

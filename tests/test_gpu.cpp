@@ -1,6 +1,7 @@
 // The forward suite on the GPU: Runtime::get -> Kernel::forward over tables of cases (head dims x dtypes x masks x
 // head layouts; degenerate and long shapes; strides and layouts; softmax scales), a CUDA-graph capture, argument
 // errors and the memory tier, judged against the float64 host reference by the harness in gpu_harness.hpp.
+#include <array>
 #include <functional>
 #include <set>
 #include <string>
@@ -95,6 +96,43 @@ std::vector<Case> split_row_cases() {
     return out;
 }
 
+std::vector<Case> shift_row_cases() {
+    // Head dims off the 16 grid load whole rows by TMA on sm_90a, each box from the 32-byte boundary at or before the
+    // row (16-byte where the pad leaves too little room), where the kv heads make packed rows 16-byte multiples:
+    // odd dims with 8 or 16 kv heads (every shift 0..15; rows 16- or 32-byte multiples), 2 mod 4 with 4 or 8, 4 mod
+    // 8 (last panels 16, 32 or 64 wide), 12 mod 16 (half the heads on 16-byte boxes), 8 mod 16 with 1 or 2 kv heads,
+    // d_qk != d_v (K and V shift apart); 11, 13, 14, 15 mod 16 (and d162, d226) with 16 more columns of room.
+    // Normal inputs, several key tiles.
+    constexpr int kShapes[][4] = {  // d_qk, d_v, heads_q, heads_kv
+        {1, 1, 16, 16},     {3, 3, 8, 8},       {9, 9, 8, 8},       {33, 33, 16, 8},    {131, 131, 16, 16},
+        {131, 131, 8, 8},   {201, 201, 16, 16}, {241, 241, 8, 8},   {130, 130, 8, 8},   {130, 130, 8, 4},
+        {138, 138, 4, 4},   {54, 54, 8, 4},     {250, 250, 8, 4},   {116, 116, 8, 4},   {180, 180, 4, 2},
+        {244, 244, 4, 4},   {52, 52, 8, 2},     {20, 20, 8, 8},     {124, 124, 8, 4},   {188, 188, 4, 4},
+        {252, 252, 4, 2},   {44, 44, 8, 4},     {60, 60, 4, 4},     {88, 88, 4, 1},     {120, 120, 8, 8},
+        {152, 152, 4, 2},   {216, 216, 2, 1},   {248, 248, 2, 2},   {24, 24, 8, 1},     {132, 100, 8, 4},
+        {100, 132, 8, 4},   {131, 64, 16, 16},  {64, 131, 16, 8},   {131, 128, 8, 8},   {127, 127, 8, 8},
+        {141, 141, 16, 8},  {46, 46, 8, 4},     {239, 239, 8, 8},   {162, 162, 8, 8},   {226, 226, 4, 4}};
+    std::vector<Case> out;
+    for (auto [dqk, dv, hq, hkv] : kShapes)
+        for (Dtype dt : kDtypes)
+            for (bool causal : kCausal)
+                out.push_back({.d_qk = dqk, .d_v = dv, .dtype = dt, .causal = causal, .heads_q = hq,
+                               .heads_kv = hkv, .batch = 2, .seqlen_q = 190, .seqlen_k = 333, .dist = Dist::normal});
+    // Layouts: NaN gaps between heads (the producer zeroes them in K), a fused QKV row, K/V shared by the batch;
+    // head-major rows and offset pointers load with cp.async (a box may not start off 16 bytes).
+    constexpr Layout kLayouts[] = {Layout::head_gaps, Layout::packed_qkv, Layout::shared_kv, Layout::padded,
+                                   Layout::head_major};
+    for (auto [d, hq, hkv] : {std::array{131, 16, 8}, std::array{130, 8, 4}, std::array{116, 8, 4},
+                              std::array{88, 4, 2}})
+        for (Layout layout : kLayouts)
+            for (bool causal : kCausal) {
+                const bool self = layout == Layout::packed_qkv;
+                out.push_back({.d_qk = d, .d_v = d, .causal = causal, .heads_q = hq, .heads_kv = hkv, .batch = 2,
+                               .seqlen_q = self ? 150 : 77, .seqlen_k = self ? 150 : 211, .layout = layout});
+            }
+    return out;
+}
+
 std::vector<Case> persistent_cases() {
     // More work units than an H100 or H200 has SMs (132), so that persistent CTAs walk several (sm_90a, d<=128 and
     // d140): query blocks one at a time, or, causal, pairs of them (the longest with the shortest; an odd count
@@ -140,8 +178,8 @@ std::vector<Case> error_cases() {
 }
 
 void warm_all_tables() {
-    warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), persistent_cases(), scale_cases(),
-          graph_cases(), error_cases()});
+    warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), shift_row_cases(), persistent_cases(),
+          scale_cases(), graph_cases(), error_cases()});
 }
 
 }  // namespace
@@ -170,6 +208,12 @@ TEST_CASE("head dims of 4 mod 8 with kv head counts that do and do not make 16-b
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     run_table("split rows", split_row_cases());
+}
+
+TEST_CASE("head dims off the 16 grid: whole rows shifted to aligned TMA boxes, any shift, any layout", "[gpu]") {
+    SKIP_WITHOUT_GPU();
+    warm_all_tables();
+    run_table("shifted rows", shift_row_cases());
 }
 
 TEST_CASE("persistent CTAs walk many tiles: query blocks, causal pairs, keyless tiles", "[gpu]") {

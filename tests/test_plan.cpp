@@ -1,6 +1,7 @@
 // The tile table: padding to the MMA shape, shared-memory budgets, and one answer for "supported?".
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 #include "arch/arch.hpp"
@@ -25,8 +26,12 @@ AttentionConfig cfg(int d, const char* arch, int dv = 0, int heads = 1) {
     c.num_heads_q = c.num_heads_kv = heads;
     return c;
 }
-// Plans with a tile override ("" = the table's choice).
-KernelPlan plan(const AttentionConfig& c, const std::string& tile = "") { return rtattn::plan::plan(c, {tile}); }
+// Plans with a tile override ("" = the table's choice) and a row-loading choice (PlanOptions::rows).
+KernelPlan plan(const AttentionConfig& c, const std::string& tile = "", const std::string& rows = "") {
+    rtattn::plan::PlanOptions o;
+    o.tile_override = tile, o.rows = rows;
+    return rtattn::plan::plan(c, o);
+}
 bool hopper(const KernelPlan& p) { return p.family != &rtattn::kernels::fwd_mma(); }
 bool producer(const KernelPlan& p) { return p.family == &rtattn::kernels::fwd_sm90_ws(); }
 }  // namespace
@@ -138,7 +143,8 @@ TEST_CASE("the warp-specialized kernel is persistent, O staged in bytes of its o
                 continue;
             }
             const auto bytes = [&](int staging) {
-                return g::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v, staging);
+                return g::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v, staging,
+                                                 p.shift_rows);
             };
             // Every tile of the table leaves room for O over Q; d148 and d156 spilled walking.
             CHECK(p.persistent == !(p.split_rows && p.pad_v == 160 && !p.o_apart));
@@ -179,53 +185,87 @@ TEST_CASE("mma.sync: FA2's 4-warp shape loads K and V apart, for head dims that 
     CHECK(!plan(cfg(128, "sm_90a"), "128,128,8,1,2,0,1").kv_apart);
 }
 
-TEST_CASE("head dims of 4 mod 8 and 8 mod 16 split rows between TMA and the producer threads where the tail fits",
-          "[plan]") {
+TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, or split rows where faster", "[plan]") {
+    // Split rows where their PV is narrower (V padded to 8 in one wide instruction) or, at 12 mod 16 in four head
+    // classes, all their boxes start 32-byte aligned; shifted rows everywhere else that kv heads make packed rows
+    // 16-byte multiples, 16 columns wider where the pad to 16 leaves too little room for the shift (11, 13, 14, 15
+    // mod 16), up to the widest row (d251, 253, 254, 255 have none).
+    const std::set<int> split = {68, 72, 76, 108, 136, 140, 172, 200, 204, 220, 236};
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
-        const auto p = plan(cfg(d, "sm_90a", 0, 2));  // 2 kv heads: packed rows are 16-byte multiples
-        if (!p.split_rows) continue;
-        // TMA fills every panel but the last (64/32 wide), the threads 4 to 28 columns at the last one's start.
-        const int tail = d - rtattn::geometry::split_main(p.pad_qk);
-        CHECK((d % 8 == 4 || d % 16 == 8));
-        CHECK(producer(p));
+        const auto p = plan(cfg(d, "sm_90a", 0, 16));
+        if (d % 16 == 0) {
+            CHECK(!p.split_rows);
+            CHECK(!p.shift_rows);
+            continue;
+        }
+        CHECK(p.split_rows == (split.count(d) > 0));
+        const bool shift = split.count(d) == 0 && d < 251 || d == 252;
+        CHECK(p.shift_rows == shift);
+        CHECK(producer(p) == (shift || p.split_rows));
+        if (!p.shift_rows) continue;
+        const bool room = !(d % 16 == 11 || d % 16 == 13 || d % 16 == 14 || d % 16 == 15);
+        CHECK(rtattn::geometry::shift_fits(d, (d + 15) / 16 * 16) == room);
+        const bool spilled = d == 162 || d == 226;  // at the pad to 16 (ptxas): 16 more columns too
+        CHECK(p.pad_qk == (d + 15) / 16 * 16 + (room && !spilled ? 0 : 16));
+        CHECK(p.pad_v == p.pad_qk);
+        CHECK(rtattn::geometry::shift_fits(d, p.pad_qk));
         CHECK(p.swizzle);
+        CHECK(!p.wide_v);
+        CHECK(p.kernel().find("shifted rows") != std::string::npos);
+        CHECK(p.smem_bytes == rtattn::kernels::fwd_sm90_ws().smem_bytes(p));
+        // Shifted rows need packed K/V rows of 16-byte multiples, and TMA: none with one kv head off the 8 grid, none
+        // on sm_80.
+        CHECK(plan(cfg(d, "sm_90a", 0, 1)).shift_rows == (d % 8 == 0));
+        CHECK(!plan(cfg(d, "sm_80", 0, 16)).shift_rows);
+    }
+    // Split rows: TMA fills every panel but the last (64/32 wide), the threads 4 to 28 columns at the last one's start.
+    for (int d : split) {
+        CAPTURE(d);
+        const auto p = plan(cfg(d, "sm_90a", 0, 2));
+        const int tail = d - rtattn::geometry::split_main(p.pad_qk);
+        CHECK(p.split_rows);
         CHECK((tail >= 4 && tail <= 28));
         CHECK(rtattn::geometry::split_main(p.pad_qk) % 32 == 0);
         CHECK(p.kernel().find("split rows") != std::string::npos);
     }
-    for (int d : {36, 68, 76, 84, 92, 100, 108, 132, 140, 148, 156, 164, 172, 196, 204, 212, 220, 228, 236}) {
-        CAPTURE(d);
-        CHECK(plan(cfg(d, "sm_90a", 0, 2)).split_rows);
-        CHECK(plan(cfg(d, "sm_90a", 0, 16)).split_rows);
-        CHECK(!plan(cfg(d, "sm_80", 0, 2)).split_rows);  // mma.sync kernels load with cp.async only
-        // One kv head (or 15): packed rows of d elements are 8 bytes off 16, so no map fits; no producer family.
-        CHECK(!plan(cfg(d, "sm_90a", 0, 1)).split_rows);
-        CHECK(!plan(cfg(d, "sm_90a", 0, 15)).split_rows);
+    // Packed causal sequences leave the three-consumer tile (its producer's 32 registers spilled).
+    for (int d : {1, 33, 60}) {
+        auto c = cfg(d, "sm_90a", 0, 8);
+        c.varlen = c.causal = true;
+        CHECK(plan(c).block_m == 128);
+        c.causal = false;
+        CHECK(plan(c).block_m == 192);
     }
-    // 8 mod 16: heads alternate 32- and 16-byte aligned starts, so rows split to rotate every box to 32 bytes, at
-    // any head count (rows of 16-byte multiples). Not d88, d152, d216: V's last panel (8 wide) leaves no TMA part.
-    for (int d : {40, 72, 104, 136, 168, 200, 232}) {
-        CAPTURE(d);
-        CHECK(plan(cfg(d, "sm_90a", 0, 1)).split_rows);
-        CHECK(plan(cfg(d, "sm_90a", 0, 15)).split_rows);
+    // Mixed head dims: each tensor's own pad; the rule looks at both.
+    CHECK(plan(cfg(132, "sm_90a", 100, 8)).shift_rows);   // V's split would not be one wide instruction
+    CHECK(plan(cfg(131, "sm_90a", 128, 8)).pad_v == 128);  // a multiple of 16 needs no room: 32-byte rows (or 16)
+    CHECK(plan(cfg(141, "sm_90a", 64, 8)).pad_qk == 160);
+    // PlanOptions::rows (RTATTN_ROWS): "split" plans as before shifted rows, "shift" wherever they fit.
+    CHECK(plan(cfg(84, "sm_90a", 0, 2), "", "split").split_rows);
+    CHECK(plan(cfg(84, "sm_90a", 0, 2), "", "split").pad_v == 96);  // V padded to 16 to split like K
+    CHECK(plan(cfg(84, "sm_90a", 0, 1), "", "split").pad_v == 88);  // no split rows: V keeps its padding to 8
+    CHECK(plan(cfg(116, "sm_90a", 0, 2), "", "split").family == &rtattn::kernels::fwd_sm90());
+    CHECK(plan(cfg(132, "sm_90a", 0, 2), "", "shift").shift_rows);
+    CHECK(plan(cfg(132, "sm_90a", 0, 2), "", "shift").pad_v == 144);
+    CHECK(plan(cfg(140, "sm_90a", 0, 2), "", "shift").shift_rows);
+    CHECK_THROWS_AS(plan(cfg(132, "sm_90a", 0, 2), "", "rotated"), rtattn::ConfigError);
+    ::setenv("RTATTN_ROWS", "split ", 1);  // read where a Runtime's plan options are made; errors name the variable
+    const auto from_env = rtattn::plan_options({});
+    ::unsetenv("RTATTN_ROWS");
+    CHECK(from_env.rows == "split ");
+    try {
+        rtattn::plan::plan(cfg(132, "sm_90a", 0, 2), from_env);
+        FAIL("no error");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "RTATTN_ROWS");
     }
-    for (int d : {88, 120, 152, 184, 216, 248, 128, 144})
-        CHECK(!plan(cfg(d, "sm_90a", 0, 2)).split_rows);
-    // Tails of 52-60 columns (the last panel 64 wide), no main part (d52, d60), or 3 consumer warpgroups with more
-    // than one tail piece (d44): not split.
-    for (int d : {44, 52, 60, 116, 124, 180, 188, 244, 252}) {
-        CAPTURE(d);
-        CHECK(!plan(cfg(d, "sm_90a", 0, 2)).split_rows);
-    }
-    CHECK(!plan(cfg(132, "sm_90a", 128, 2)).split_rows);  // d_v 128: TMA takes whole V rows, not split ones
-    CHECK(plan(cfg(132, "sm_90a", 100, 2)).split_rows);   // one tail vector each
-    // V padded to 16 where 8 would end in an 8-wide panel off the 32-column grid (d84: 64 + 16 + 8).
-    CHECK(plan(cfg(84, "sm_90a", 0, 2)).pad_v == 96);
-    CHECK(plan(cfg(84, "sm_90a", 0, 1)).pad_v == 88);  // no split rows: V keeps its padding to 8
-    CHECK(plan(cfg(140, "sm_90a", 0, 2)).pad_v == 144);
-    CHECK(plan(cfg(76, "sm_90a", 140, 2)).family == &rtattn::kernels::fwd_sm90());  // 3 + 3 in two loops spilled
+    CHECK(rtattn::plan_options({}).rows.empty());
     CHECK(!plan(cfg(132, "sm_90a", 0, 2), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
+    CHECK(!plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,0").shift_rows);
+    // A tile override keeps the rows' choice; settle drops shifted rows where the override's V pad leaves no room.
+    CHECK(plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,2").shift_rows);
+    CHECK(!plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,2,1,8").shift_rows);  // 5 columns: 16-byte shifts need 7
 }
 
 TEST_CASE("split rows take four head classes (32-byte boxes) where the tail pieces fit the producer's registers",
@@ -266,17 +306,19 @@ TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync,
         for (int d = 1; d <= 256; ++d) {
             CAPTURE(heads, d);
             const auto p = plan(cfg(d, "sm_90a", 0, heads));
-            const bool split_rows = heads == 2 && p.split_rows;
-            const bool mma = d % 2 == 1 || (d % 8 == 4 && d <= 64 && !split_rows);
+            const bool tma = p.split_rows || p.shift_rows;
+            const bool mma = !tma && (d % 2 == 1 || (d % 8 == 4 && d <= 64));
             CHECK((p.family == &rtattn::kernels::fwd_mma()) == mma);
             if (mma) CHECK(p.reason.find("mma.sync kernel beat") != std::string::npos);
         }
     }
-    CHECK(plan(cfg(124, "sm_90a", 0, 2)).family == &rtattn::kernels::fwd_sm90());   // cooperative stayed ahead
+    CHECK(plan(cfg(124, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_sm90());   // cooperative stayed ahead
     CHECK(plan(cfg(76, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_sm90());
-    CHECK(plan(cfg(36, "sm_90a", 0, 2)).family == &rtattn::kernels::fwd_sm90_ws());  // split rows: TMA
+    CHECK(plan(cfg(36, "sm_90a", 0, 2)).family == &rtattn::kernels::fwd_sm90_ws());  // shifted rows: TMA
     CHECK(plan(cfg(36, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_mma());
-    CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());  // 2 mod 4: not measured, unchanged
+    CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());  // 2 mod 4 without TMA: unmeasured
+    CHECK(plan(cfg(254, "sm_90a", 0, 8)).family == &rtattn::kernels::fwd_sm90());  // shifted rows would need 272
+    CHECK(plan(cfg(255, "sm_90a", 0, 8)).family == &rtattn::kernels::fwd_mma());
 }
 
 TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in an 8-wide one", "[plan]") {
@@ -290,12 +332,13 @@ TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in 
         if (p.split_rows) CHECK(rtattn::geometry::split_fits(d, rtattn::geometry::v_tile_cols(p.pad_v, true)));
         CHECK(p.kernel().find("one PV instruction") != std::string::npos);
     }
-    const auto d132 = plan(cfg(132, "sm_90a", 0, 2));
-    CHECK(d132.wide_v);
-    CHECK(d132.smem_bytes ==
-          rtattn::geometry::fwd_sm90_ws_smem_bytes(144, 136, d132.block_m, d132.block_n, d132.stages, false,
+    const auto d136 = plan(cfg(136, "sm_90a", 0, 2));
+    CHECK(d136.wide_v);
+    CHECK(d136.smem_bytes ==
+          rtattn::geometry::fwd_sm90_ws_smem_bytes(144, 136, d136.block_m, d136.block_n, d136.stages, false,
                                                    rtattn::geometry::kStageOverQ) +
-              2 * d132.stages * d132.block_n * (192 - 136));
+              2 * d136.stages * d136.block_n * (192 - 136));
+    CHECK(!plan(cfg(132, "sm_90a", 0, 2)).wide_v);  // shifted rows: V padded to 144, 128 + 16
     CHECK(!plan(cfg(100, "sm_90a", 0, 2)).wide_v);  // split rows: V's tail (36) would not fit the last panel
     CHECK(!plan(cfg(128, "sm_90a")).wide_v);  // one 128-wide instruction already
     CHECK(!plan(cfg(96, "sm_90a")).wide_v);   // 64 + 32: timed no faster as one instruction

@@ -19,7 +19,7 @@ rtattn::render::RenderedSource render_for(int d, bool causal, const char* arch) 
     c.head_dim_qk = d;
     c.causal = causal;
     c.arch = arch;
-    c.num_heads_q = c.num_heads_kv = 2;  // packed K/V rows of 16-byte multiples: split rows for d132 on sm_90a
+    c.num_heads_q = c.num_heads_kv = 2;  // packed K/V rows of 16-byte multiples: TMA for d132 on sm_90a
     return rtattn::kernels::render_plan(rtattn::plan::plan(c));
 }
 }  // namespace
@@ -36,7 +36,7 @@ TEST_CASE("the stub carries the plan as traits", "[render]") {
     const auto r = render_for(132, false, "sm_90a");
     CHECK(r.stub.find("kHeadDimQK = 132;") != std::string::npos);
     CHECK(r.stub.find("kPadQK = 144;") != std::string::npos);
-    CHECK(r.stub.find("kPadV = 136;") != std::string::npos);
+    CHECK(r.stub.find("kPadV = 144;") != std::string::npos);  // shifted rows: V padded to 16
     CHECK(r.stub.find("kCausal = false;") != std::string::npos);
     CHECK(r.stub.find("extern \"C\" __global__") != std::string::npos);
     CHECK(r.full_text().find("flash_fwd") != std::string::npos);
@@ -61,16 +61,16 @@ std::set<std::string> wgmma_forms(const std::string& stub) {
 }  // namespace
 
 TEST_CASE("the stub defines the wgmma wrappers for exactly the widths its plan issues", "[render]") {
-    // d132: QK^T over 128-key tiles, one wide PV instruction of n = 136.
-    const auto wide = render_for(132, false, "sm_90a");
+    // d136 (split rows): QK^T over 128-key tiles, one wide PV instruction of n = 136.
+    const auto wide = render_for(136, false, "sm_90a");
     CHECK(wide.stub.find("kWideV = true;") != std::string::npos);
     CHECK(wgmma_forms(wide.stub) == std::set<std::string>{"ss128", "rs136"});
     CHECK(wide.stub.find("\"+f\"(d[67])") != std::string::npos);
     CHECK(wide.stub.find("\"+f\"(d[68])") == std::string::npos);
     // d128 (V padded to 128): one 128-wide chunk each.
     CHECK(wgmma_forms(render_for(128, false, "sm_90a").stub) == std::set<std::string>{"ss128", "rs128"});
-    // d100 (split rows, V padded to 104 = 64 + 32 + 8) and d256 (64-key tiles, V in two 128-wide chunks).
-    CHECK(wgmma_forms(render_for(100, false, "sm_90a").stub) == std::set<std::string>{"ss128", "rs64", "rs32", "rs8"});
+    // d100 (shifted rows, V padded to 112 = 64 + 32 + 16) and d256 (64-key tiles, V in two 128-wide chunks).
+    CHECK(wgmma_forms(render_for(100, false, "sm_90a").stub) == std::set<std::string>{"ss128", "rs64", "rs32", "rs16"});
     CHECK(wgmma_forms(render_for(256, false, "sm_90a").stub) == std::set<std::string>{"ss64", "rs128"});
     // mma.sync plans issue none.
     CHECK(wgmma_forms(render_for(128, false, "sm_80").stub).empty());
@@ -81,8 +81,11 @@ TEST_CASE("each family emits its own traits, not the union of all", "[render]") 
     CHECK(mma.find("kMTiles") != std::string::npos);
     CHECK(mma.find("kSwizzle") == std::string::npos);
     CHECK(mma.find("kSplitRows") == std::string::npos);
+    CHECK(mma.find("kShiftRows") == std::string::npos);
     const auto ws = render_for(128, false, "sm_90a").stub;
     CHECK(ws.find("kSplitRows") != std::string::npos);
+    CHECK(ws.find("kShiftRows = false;") != std::string::npos);
+    CHECK(render_for(100, false, "sm_90a").stub.find("kShiftRows = true;") != std::string::npos);
     CHECK(ws.find("kMTiles") == std::string::npos);
     CHECK(ws.find("kQInRegs") == std::string::npos);
     CHECK(ws.find("\"family\":\"fwd_sm90_ws\"") != std::string::npos);  // the plan, in the stub's comment

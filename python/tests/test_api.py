@@ -87,7 +87,7 @@ def test_precompile_then_cached(cache_dir):
     rt = rtattn.Runtime(cache_dir=cache_dir, log_level="info", log_callback=lambda lvl, m: lines.append((lvl, m)))
     info = rt.precompile(head_dim=132, causal=True, num_heads_q=16, num_heads_kv=4, arch="sm_90a")
     assert len(info.key) == 64 and info.arch == "sm_90a"
-    assert (info.padded_qk, info.padded_v) == (144, 136)
+    assert (info.padded_qk, info.padded_v) == (144, 144)  # shifted rows on sm_90a (4 kv heads: 16-byte rows)
     assert info.registers > 0 and info.spill_bytes == 0 and not info.from_cache
     assert 0.9 < info.useful_flop_fraction < 1 and info.reason
     assert any(lvl == "info" and m.startswith("compiling d132") for lvl, m in lines)

@@ -18,7 +18,7 @@ def block(marker):
 def test_readme_python_example(capsys):
     exec(compile(block("python-example"), "README.md (python-example)", "exec"), {})
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("144 136 wgmma")
+    assert out[0].startswith("144 144 wgmma")
     assert out[1].startswith("head_dim_qk - head_dim_qk: 300 is out of range")
 
 

@@ -23,6 +23,7 @@ plan::PlanOptions plan_options(const RuntimeOptions& options) {
         o.tile_override = env, o.tile_field = "RTATTN_TILE";
     }
     if (const char* env = std::getenv("RTATTN_BWD_TILE")) o.backward_tile_override = env;
+    if (const char* env = std::getenv("RTATTN_ROWS")) o.rows = env, o.rows_field = "RTATTN_ROWS";
     return o;
 }
 

@@ -12,7 +12,8 @@ public:
     const char* name() const override { return "fwd_mma"; }
     bool runs_on(const arch::Arch&) const override { return true; }
     void settle(plan::KernelPlan& p) const override {
-        p.swizzle = p.ping_pong = p.split_rows = p.wide_v = p.persistent = p.o_apart = false;  // Hopper knobs
+        // Hopper knobs
+        p.swizzle = p.ping_pong = p.split_rows = p.shift_rows = p.wide_v = p.persistent = p.o_apart = false;
     }
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32; }
     int smem_bytes(const plan::KernelPlan& p) const override {

@@ -48,7 +48,8 @@ public:
     const char* name() const override { return "fwd_sm90"; }
     bool runs_on(const arch::Arch& a) const override { return a.wgmma; }
     void settle(plan::KernelPlan& p) const override {
-        p.ping_pong = p.split_rows = p.wide_v = p.persistent = p.o_apart = false;  // the producer family's knobs
+        // the producer family's knobs
+        p.ping_pong = p.split_rows = p.shift_rows = p.wide_v = p.persistent = p.o_apart = false;
         p.m_tiles = 1, p.q_in_regs = p.kv_apart = false;  // the mma.sync family's
         sm90::align_swizzled_tiles(p);
     }

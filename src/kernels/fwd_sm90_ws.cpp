@@ -155,11 +155,56 @@ bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
     return false;
 }
 
+// Shifted rows, one tensor: its maps (one per panel of a `tile_cols`-wide tile), each kv head's shift (the columns
+// from the box's start to the row's: the 32-byte boundary at or before the row where the tile leaves `room` columns
+// for it, else the 16-byte one) and how a head's box coordinates step (FwdParamsTma). The view spans every head's
+// columns of a seq row where the heads lie within one, else has a head dimension, whose stride must then be a 16-byte
+// multiple. False where rows of a head would shift differently (a seq or batch stride off the 16-byte grid), a
+// shift does not fit the room, or no map can be encoded.
+bool encode_shifted(const plan::KernelPlan& p, const TensorArg& t, int dim, int tile_cols, KvRows rows, int heads,
+                    TmaMap* maps, signed char (&shift)[16], int& col_step, int& head_step, int& seq_dim) {
+    const auto stepped = [](std::int64_t extent, std::int64_t stride_elems, int align_elems) {
+        return extent <= 1 || stride_elems % align_elems == 0;
+    };
+    const bool a16 = stepped(rows.seqlen, t.seq_stride, 16) && stepped(rows.batch, t.batch_stride, 16);
+    if (!stepped(rows.seqlen, t.seq_stride, 8) || !stepped(rows.batch, t.batch_stride, 8)) return false;
+    const int room = tile_cols - dim;
+    for (int h = 0; h < 16; ++h) {  // a head's shift depends on h modulo 16 only
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(t.ptr) + std::uintptr_t(h * t.head_stride * 2);
+        const int r16 = int(at % 32 / 2), r8 = int(at % 16 / 2);
+        shift[h] = static_cast<signed char>(h >= heads ? 0 : a16 && r16 <= room ? r16 : r8);
+        if (shift[h] > room) return false;
+    }
+    View v = whole_rows(t, dim, rows.seqlen, heads, rows.batch);
+    const std::int64_t packed_cols = std::int64_t(heads - 1) * t.head_stride + dim;
+    if (packed_cols <= t.seq_stride || heads == 1) {
+        if (packed_cols + tile_cols >= (std::int64_t(1) << 31)) return false;  // box coordinates are 32-bit
+        v.cols = int(packed_cols), v.head = {1, 0};
+        col_step = int(t.head_stride), head_step = 0, seq_dim = 1;
+    } else {
+        if (t.head_stride * 2 % 16 != 0) return false;
+        col_step = 0, head_step = 1;
+        seq_dim = t.seq_stride <= t.head_stride ? 1 : 2;
+    }
+    return encode_view(maps, v, tile_cols, p.block_n, p.bf16, seq_dim);
+}
 
-// Fills out.k_map / v_map / tma_seq_dim (and, for split rows, k_rot / v_rot) and sets out.use_tma. use_tma stays 0,
-// and the kernel loads with cp.async, when the tiles are not swizzled or a map cannot be encoded: a base or stride not
-// 16-byte aligned (e.g. a head dim not a multiple of 8 packed as [B, S, H, D], unless the plan splits rows; a box may
-// not start mid-16 bytes, so there is no other way around). Encoded per launch: the pointers change.
+bool encode_shift(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, int heads_kv, FwdParamsTma& out) {
+    int k_seq_dim = 0, v_seq_dim = 0;
+    const bool ok =
+        encode_shifted(p, a.k, p.head_dim_qk, p.pad_qk, rows, heads_kv, out.k_map, out.k_shift, out.k_col_step,
+                       out.k_head_step, k_seq_dim) &&
+        encode_shifted(p, a.v, p.head_dim_v, geometry::v_tile_cols(p.pad_v, p.wide_v), rows, heads_kv, out.v_map,
+                       out.v_shift, out.v_col_step, out.v_head_step, v_seq_dim);
+    out.tma_seq_dim = k_seq_dim;
+    return ok && k_seq_dim == v_seq_dim;  // the kernel orders both tensors' box coordinates alike
+}
+
+// Fills out.k_map / v_map / tma_seq_dim (and, for split rows, k_rot / v_rot; for shifted rows, k_shift / v_shift and
+// the coordinate steps) and sets out.use_tma. use_tma stays 0, and the kernel loads with cp.async, when the tiles are
+// not swizzled or a map cannot be encoded: a base or stride not 16-byte aligned (e.g. a head dim not a multiple of 8
+// packed as [B, S, H, D] without split or shifted rows; a box may not start mid-16 bytes). Encoded per launch: the
+// pointers change.
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;
     out.split_classes = 2;
@@ -168,6 +213,8 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
     bool ok = false;
     if (p.split_rows) {
         ok = encode_split(p, a, rows, heads_kv, out);
+    } else if (p.shift_rows) {
+        ok = encode_shift(p, a, rows, heads_kv, out);
     } else if (set_seq_dim(a, 1, out)) {
         ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch), p.pad_qk,
                          p.block_n, p.bf16, out.tma_seq_dim) &&
@@ -175,9 +222,12 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
                          geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
-    if (!ok) {  // cp.async loads rows unrotated (split_classes is still 2: encode_split sets it only on success)
+    if (!ok) {  // cp.async loads rows unrotated and unshifted (split_classes is still 2: encode_split sets it only on
+                // success)
         std::fill(std::begin(out.k_rot), std::end(out.k_rot), 0);
         std::fill(std::begin(out.v_rot), std::end(out.v_rot), 0);
+        std::fill(std::begin(out.k_shift), std::end(out.k_shift), 0);
+        std::fill(std::begin(out.v_shift), std::end(out.v_shift), 0);
     }
 }
 
@@ -200,7 +250,10 @@ public:
         p.m_tiles = 1;
         p.q_in_regs = p.kv_apart = false;
         const auto flags = [&] {
-            p.split_rows = p.swizzle && geometry::split_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, p.pad_v);
+            p.shift_rows =
+                p.shift_rows && p.swizzle && geometry::shift_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, p.pad_v);
+            p.split_rows = !p.shift_rows && p.swizzle &&
+                           geometry::split_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, p.pad_v);
             p.wide_v = p.wide_v && p.swizzle && p.pad_v % 16 == 8 &&
                        (!p.split_rows || geometry::split_fits(p.head_dim_v, geometry::v_tile_cols(p.pad_v, true)));
         };
@@ -220,12 +273,13 @@ public:
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32 + 128; }  // + the producer
     int smem_bytes(const plan::KernelPlan& p) const override {
         return geometry::fwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.wide_v,
-                                                staging(p));
+                                                staging(p), p.shift_rows);
     }
     std::string describe(const plan::KernelPlan& p) const override {
         std::string k = sm90::describe_tiles(p) + ", producer warpgroup";
         if (p.ping_pong) k += ", ping-pong";
         if (p.split_rows) k += ", split rows";
+        if (p.shift_rows) k += ", shifted rows";
         if (p.wide_v) k += ", one PV instruction";
         if (p.persistent) k += p.o_apart ? ", persistent" : ", persistent (O staged over Q)";
         return k;
@@ -235,7 +289,8 @@ public:
                                           "const __grid_constant__ rtattn::FwdParamsTma params", "flash_fwd_sm90_ws");
         s.generated = sm90::wgmma_wrappers(p);
         for (const auto& [name, v] : {std::pair{"kSwizzle", p.swizzle}, {"kPingPong", p.ping_pong},
-                                      {"kSplitRows", p.split_rows}, {"kWideV", p.wide_v},
+                                      {"kSplitRows", p.split_rows}, {"kShiftRows", p.shift_rows},
+                                      {"kWideV", p.wide_v},
                                       {"kPersistent", p.persistent}, {"kOApart", p.o_apart}})
             s.traits.push_back({"bool", name, v ? "true" : "false"});
         return s;

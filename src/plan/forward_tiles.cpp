@@ -100,7 +100,7 @@ constexpr TileRow kTiles[] = {
 // consumer warpgroups, whose producer has 32 registers); three fit the 64 of two consumers when K and V share a
 // head dim, where d44 (three consumers) and d76/140 (two load loops) spilled 32 bytes.
 bool tma_addressable(const KernelPlan& p) {
-    if (p.vec_qk == 8 && p.vec_v == 8) return true;
+    if (p.shift_rows || (p.vec_qk == 8 && p.vec_v == 8)) return true;
     const bool one_vector = p.head_dim_qk - geometry::split_main(p.pad_qk) == geometry::kSplitTail &&
                             p.head_dim_v - geometry::split_main(p.pad_v) == geometry::kSplitTail;
     return p.kv_rows_16b && geometry::split_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, p.pad_v) &&
@@ -117,41 +117,116 @@ bool mma_beats_cp_async(const KernelPlan& p) {
     return odd || narrow_4_mod_8;
 }
 
-}  // namespace
+// Shifted rows (geometry::shift_fits): whole rows by TMA, shifted to 32-byte (or 16-byte) aligned boxes, wherever the
+// kv heads make packed rows 16-byte multiples. Each tensor's row needs room for its shift beyond the head dim: the
+// pad to 16, or 16 columns more where that leaves too little (d = 11, 13, 14, 15 mod 16: 16 more columns of MMA
+// work, against kernels without TMA at 0.1-0.3 of the pad16 ideal), within the table's widest row. d162 and d226
+// take the 16 columns too: at the pad to 16 their consumers spilled 4 bytes (ptxas, every dtype and mask; no tile,
+// staging or walk change removed it), at 192 and 256 none.
+int shift_pad(int d) {
+    const int pad = geometry::round_up(d, 16);
+    return geometry::shift_fits(d, pad) && d != 162 && d != 226 ? pad : pad + 16;
+}
+bool shift_addressable(const KernelPlan& p) {
+    const int pad_qk = shift_pad(p.head_dim_qk), pad_v = shift_pad(p.head_dim_v);
+    return p.kv_rows_16b && std::max(pad_qk, pad_v) <= AttentionConfig::kMaxHeadDim &&
+           geometry::shift_rows_fit(p.head_dim_qk, pad_qk, p.head_dim_v, pad_v);
+}
 
-void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only) {
+// How the warp-specialized kernel loads rows off the 16 grid (rows: PlanOptions::rows). Split rows where every box of
+// theirs starts 32-byte aligned (four head classes, each rotating its rows by up to 12 columns, which the tail must
+// hold) and either their PV is narrower (8 mod 16 in one wide instruction: d72, 136, 200) or shifted rows would put
+// half the heads on 16-byte boxes (12 mod 16: d76, 108, 140, 172, 204, 220, 236): 0-12% faster split on an H100,
+// 0-8% on an H200; or where their wide PV saves a tenth of V's padded width (d68: 72 columns, not 80; 4-6% on both).
+// Shifted rows at every other head dim where they fit: split rows with 16-byte boxes ran 2-17% slower on the H100
+// (d132 0.89/0.79 of the pad16 ideal vs 0.95/0.95, d196; d84, 92, 148, 156 in two classes) and even on the H200, and
+// the other 8 mod 16 dims (104, 168, 232) and d212 ran as fast or faster shifted (H200). Each dim against pad16(d)
+// interleaved, bf16, S = 16k (docs/PERFORMANCE.md, fourteenth session).
+void choose_rows(KernelPlan& p, const std::string& rows) {
+    // Split rows with V padded to 16 where 8 would end in an 8-wide panel that leaves V's TMA part off the 32-column
+    // grid (d84: 64 + 16 + 8): they then split like K (64 + 32), for a few percent more PV work.
+    KernelPlan split = p;
+    if (!tma_addressable(split) && split.pv_step == 8) {
+        split.pv_step = 16, split.pad_v = geometry::round_up(p.head_dim_v, 16);
+        split.reason += "; V padded to 16 so that its rows split like K's (split rows)";
+    }
+    const bool split_fits =
+        tma_addressable(split) && geometry::split_rows_fit(p.head_dim_qk, p.pad_qk, p.head_dim_v, split.pad_v);
+    const bool wide_pv =
+        split.pad_v % 16 == 8 && geometry::split_fits(p.head_dim_v, geometry::v_tile_cols(split.pad_v, true));
+    const int tail_k = p.head_dim_qk - geometry::split_main(p.pad_qk);
+    const int tail_v = p.head_dim_v - geometry::split_main(geometry::v_tile_cols(split.pad_v, wide_pv));
+    const auto rotation = [](int d) { return d % 8 == 4 ? 12 : 8; };  // the most a 32-byte box needs
+    const bool boxes_32 = geometry::split_classes(tail_k, tail_v, p.block_n) == 4 &&
+                          tail_k >= rotation(p.head_dim_qk) && tail_v >= rotation(p.head_dim_v);
+    const bool pv_saves = wide_pv && 10 * (shift_pad(p.head_dim_v) - split.pad_v) >= shift_pad(p.head_dim_v);
+    const bool split_pays = split_fits && ((boxes_32 && (wide_pv || p.head_dim_qk % 16 == 12)) || pv_saves);
+    const bool shift = rows == "shift"   ? shift_addressable(p)
+                       : rows == "split" ? false
+                                         : shift_addressable(p) && !split_pays;
+    if (shift) {
+        p.shift_rows = true;
+        p.pv_step = 16, p.pad_qk = shift_pad(p.head_dim_qk), p.pad_v = shift_pad(p.head_dim_v);
+        p.reason += "; shifted rows: whole rows by TMA from 32-byte boundaries, V padded to 16 for the shift";
+        if (p.pad_qk > geometry::round_up(p.head_dim_qk, 16) || p.pad_v > geometry::round_up(p.head_dim_v, 16))
+            p.reason += ", 16 more columns where the pad to 16 leaves too little room for it";
+    } else if (!tma_addressable(p) && tma_addressable(split)) {
+        p.pv_step = split.pv_step, p.pad_v = split.pad_v, p.reason = split.reason;
+    }
+}
+
+// The first row of the table that the arch runs and whose max_pad covers the plan's padded head dims.
+const TileRow& find_row(const KernelPlan& p, const arch::Arch& a, bool mma_only) {
     const int widest = std::max(p.pad_qk, p.pad_v);
-    const TileRow* row = nullptr;
     for (const auto& r : kTiles)
-        if (r.family().runs_on(a) && (!mma_only || &r.family() == &fwd_mma()) && widest <= r.max_pad && (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8))) {
-            row = &r;
-            break;
-        }
-    if (!row)
-        throw ConfigError("head_dim_qk", fmt::format("padded width {} has no tile row; allowed head dims 1..{}",
-                                                     widest, AttentionConfig::kMaxHeadDim));
-    p.family = &row->family();
-    p.block_m = row->block_m;
-    p.block_n = row->block_n;
-    p.warps = row->warps;
-    p.m_tiles = row->m_tiles;
-    p.stages = row->stages;
-    p.q_in_regs = row->q_in_regs;
-    p.kv_apart = row->kv_apart;
-    p.swizzle = row->swizzle;
-    p.ping_pong = row->ping_pong;
-    p.pv_step = row->pv_step;
+        if (r.family().runs_on(a) && (!mma_only || &r.family() == &fwd_mma()) && widest <= r.max_pad &&
+            (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8)))
+            return r;
+    throw ConfigError("head_dim_qk", fmt::format("padded width {} has no tile row; allowed head dims 1..{}", widest,
+                                                 AttentionConfig::kMaxHeadDim));
+}
+
+// The row's family and tile into the plan, V padded to its pv_step.
+void apply_row(KernelPlan& p, const TileRow& row) {
+    p.family = &row.family();
+    p.block_m = row.block_m;
+    p.block_n = row.block_n;
+    p.warps = row.warps;
+    p.m_tiles = row.m_tiles;
+    p.stages = row.stages;
+    p.q_in_regs = row.q_in_regs;
+    p.kv_apart = row.kv_apart;
+    p.swizzle = row.swizzle;
+    p.ping_pong = row.ping_pong;
+    p.pv_step = row.pv_step;
     p.pad_v = geometry::round_up(p.head_dim_v, p.pv_step);  // the row's max_pad is a multiple of 16: still covered
     p.wide_v = true;  // a request: the family keeps it only where it applies
-    p.reason = row->why;
-    if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && p.pv_step == 8) {
-        // V padded to 8 may end in an 8-wide panel that leaves V's TMA part off the 32-column grid (d84: 64 + 16 + 8);
-        // padded to 16 it splits like K (64 + 32), for a few percent more PV work instead of the cp.async kernel.
-        KernelPlan v16 = p;
-        v16.pv_step = 16, v16.pad_v = geometry::round_up(p.head_dim_v, 16);
-        if (tma_addressable(v16)) {
-            p.pv_step = v16.pv_step, p.pad_v = v16.pad_v;
-            p.reason += "; V padded to 16 so that its rows split like K's (split rows)";
+    p.reason = row.why;
+}
+
+}  // namespace
+
+void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, const std::string& rows,
+                         const std::string& rows_field) {
+    if (!rows.empty() && rows != "split" && rows != "shift")
+        throw ConfigError(rows_field, fmt::format("{} is not split or shift (or empty: the table's choice)",
+                                                  util::quoted(rows)));
+    const TileRow& row = find_row(p, a, mma_only);
+    apply_row(p, row);
+    p.shift_rows = false;
+    if (p.family == &fwd_sm90_ws()) {
+        choose_rows(p, rows);
+        if (p.shift_rows && std::max(p.pad_qk, p.pad_v) > row.max_pad) {  // 16 more columns: the wider pads' row
+            const KernelPlan shifted = p;
+            apply_row(p, find_row(shifted, a, false));
+            p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.pv_step = shifted.pv_step, p.shift_rows = true;
+            p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
+        }
+        if (p.shift_rows && p.varlen && p.causal && p.warps == 12) {
+            // The three-consumer tile's producer has 32 registers: packed causal sequences' tile walk plus the
+            // shifted rows' zeroing spilled 4 bytes there (d33, 34, 41); two consumer warpgroups leave it 64.
+            p.block_m = 128, p.warps = 8;
+            p.reason += "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
         }
     }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {

@@ -8,8 +8,10 @@
 namespace rtattn::plan {
 
 // Fills the plan's family and tile fields (and reason) from the first row that serves its padded head dims on `a`.
-// mma_only: only the mma.sync family's rows (a paged cache).
-void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only = false);
+// mma_only: only the mma.sync family's rows (a paged cache). rows: PlanOptions::rows ("", "split" or "shift";
+// errors name rows_field).
+void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only = false, const std::string& rows = "",
+                         const std::string& rows_field = "rows");
 // The same for decode configs, from the decode table (decode_tiles.cpp); steps down to fit the arch's shared memory.
 void choose_decode_tile(KernelPlan& p, const arch::Arch& a);
 // Replaces them with a tile given as text (PlanOptions::tile_override); errors name `field`.

@@ -67,7 +67,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     // kernel with a table lookup per 16-byte copy ran 0.29-0.31x the dense kernel on an H200, mma.sync 0.38-0.42x.)
     p.paged_kv = c.paged_kv;
     p.kv_rows_16b = kv_rows_16b(c);
-    choose_forward_tile(p, ai, /*mma_only=*/c.paged_kv);
+    choose_forward_tile(p, ai, /*mma_only=*/c.paged_kv, options.rows, options.rows_field);
     if (c.paged_kv) p.reason += "; paged KV cache: the mma.sync family (the wgmma loads do not gather pages)";
     if (!options.tile_override.empty()) apply_tile_override(p, options.tile_override, options.tile_field);
     p.family->settle(p);
@@ -138,6 +138,7 @@ std::string plan_json(const KernelPlan& p) {
     j["swizzle"] = p.swizzle;
     j["ping_pong"] = p.ping_pong;
     j["split_rows"] = p.split_rows;
+    j["shift_rows"] = p.shift_rows;
     j["wide_v"] = p.wide_v;
     j["persistent"] = p.persistent;
     j["o_apart"] = p.o_apart;

@@ -37,6 +37,10 @@ struct KernelPlan {
     // 72, 76, 84, ..., 132, 136, 140, ...): packed heads start off 32-byte (or 16-byte) boundaries, so TMA moves the
     // aligned main panels of each row, rotated, and the producer threads the other 4 to 28 columns.
     bool split_rows = false;
+    // fwd_sm90_ws, head dims off the 16 grid (geometry::shift_fits): TMA moves whole rows from the 32-byte (or
+    // 16-byte) boundary at or before each, so the tile holds them shifted right by up to 15 columns within the pads
+    // (V padded to 16), and the producer threads zero K's columns outside the row. Preferred to split rows.
+    bool shift_rows = false;
     // The config's kv heads make packed K/V rows (heads_kv x d elements) a multiple of 16 bytes, as split rows' maps
     // need: the only way head counts enter a plan (kv_rows_16b below).
     bool kv_rows_16b = true;
@@ -66,6 +70,10 @@ struct PlanOptions {
     // The same for the backward table: "block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages[,bulk_dq]"
     // (RTATTN_BWD_TILE).
     std::string backward_tile_override;
+    // How the warp-specialized Hopper forward loads rows off the 16 grid: "" the table's choice (shifted rows where
+    // they fit), "split" (split rows where they fit, as before shifted rows), "shift". A timing knob (RTATTN_ROWS).
+    std::string rows;
+    std::string rows_field = "rows";
 };
 
 // Elements per global vector access for rows of `head_dim` 16-bit elements (8, 4, 2 or 1: the largest that divides

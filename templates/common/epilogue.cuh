@@ -62,10 +62,11 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, const Se
 
 // Epilogue, part 2 (the kThreads that staged it, after a barrier): copy the staged tile of kBlockM rows, query rows
 // q0.. of query head `head` (-1: the grid's y), to global memory with full-width vectors.
-// rot (a multiple of kVecV): staged column c is output element (c + rot) mod kHeadDimV (split-row TMA layout).
+// rot (a multiple of kVecV): staged column c is output element (c + rot) mod kHeadDimV (split-row TMA layout);
+// shift (a multiple of kVecV): output element e is staged column e + shift (shifted-row TMA layout).
 template <int kBlockM, int kHeadDimV, int kVecV, int kStrideO, int kThreads, bool kVarlen>
 __device__ __forceinline__ void store_tile(const FwdParams& p, const Seq<kVarlen>& seq, const u16* sO, int q0,
-                                           int tid, int rot = 0, int head = -1) {
+                                           int tid, int rot = 0, int head = -1, int shift = 0) {
     using OVec = typename VecOf<kVecV>::type;
     constexpr int kPerRow = kHeadDimV / kVecV;
     u16* gO = static_cast<u16*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_seq_stride) +
@@ -77,7 +78,7 @@ __device__ __forceinline__ void store_tile(const FwdParams& p, const Seq<kVarlen
         const int c_dst = c + rot < kHeadDimV ? c + rot : c + rot - kHeadDimV;
         if (r < valid_rows)
             *reinterpret_cast<OVec*>(gO + r * p.o_seq_stride + c_dst) =
-                *reinterpret_cast<const OVec*>(sO + r * kStrideO + c);
+                *reinterpret_cast<const OVec*>(sO + r * kStrideO + c + shift);
     }
 }
 

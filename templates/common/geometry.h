@@ -75,6 +75,19 @@ RTATTN_GEOMETRY bool split_rows_fit(int d_qk, int pad_qk, int d_v, int v_cols) {
     return split_fits(d_qk, pad_qk) && split_fits(d_v, v_cols);
 }
 
+// Shifted rows: packed heads of a width off the 16 grid start anywhere modulo 32 bytes. Each K/V row lands whole, by
+// a TMA box that starts at the 32-byte boundary at or before the row (16-byte where the tile has too little room:
+// a box may not start off 16 bytes, and runs at full speed only 32-byte aligned), so the tile holds the row shifted
+// right by `shift` columns (0 to 15), the columns before and after it being the neighbouring heads' (zeroed in K by
+// the producer threads; in V they only reach O's columns outside the row, which are never stored). Q is loaded and O
+// stored with the same shift. The shift must fit the tile's room beyond the head dim: every packed head of
+// `d` columns fits a `cols`-wide tile if the 16-byte shift of the worst head (8 - gcd(d, 8) columns) does.
+RTATTN_GEOMETRY int gcd8(int d) { return d % 8 == 0 ? 8 : d % 4 == 0 ? 4 : d % 2 == 0 ? 2 : 1; }
+RTATTN_GEOMETRY bool shift_fits(int d, int cols) { return cols - d >= 8 - gcd8(d); }
+RTATTN_GEOMETRY bool shift_rows_fit(int d_qk, int pad_qk, int d_v, int pad_v) {
+    return (d_qk % 16 != 0 || d_v % 16 != 0) && shift_fits(d_qk, pad_qk) && shift_fits(d_v, pad_v);
+}
+
 // A forward kernel's shared memory: Q (block_m rows), a ring of `stages` K and V tiles (block_n rows), and the O
 // staging tile of the epilogue (block_m padded rows), which reuses the same bytes. Sizes in 16-bit elements.
 RTATTN_GEOMETRY int fwd_tile_bytes(int q_elems, int k_elems, int v_elems, int o_elems, int stages) {
@@ -95,13 +108,14 @@ RTATTN_GEOMETRY int fwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
 }
 
 // The warp-specialized Hopper forward (fwd/sm90_ws.cuh) adds its K/V ring's mbarriers after the tiles: full and
-// empty, for K and for V, per slot, 8 bytes each. Where it stages O (kStage*): over Q/K/V once a grid-launched CTA's
+// empty, for K and for V, per slot, 8 bytes each (shifted rows add one per slot: K landed, before the producer zeroes
+// the columns outside the row and marks it full). Where it stages O (kStage*): over Q/K/V once a grid-launched CTA's
 // only tile is done with them; persistent (a CTA per SM looping over tiles, the producer filling the next tile's K/V
 // meanwhile), in bytes of its own after the K/V ring, so that the next Q loads under the epilogue, or, where those do
 // not fit, over Q and a tail of up to 4 KB before the ring (padded O rows are 8 columns wider than Q's at d160,
 // d192, d256), the next Q loading after the store.
 enum Staging { kStageOverTiles = 0, kStageApart = 1, kStageOverQ = 2 };  // an enum: no device variables in cubins
-RTATTN_GEOMETRY int kv_ring_barriers(int stages) { return 4 * stages; }
+RTATTN_GEOMETRY int kv_ring_barriers(int stages, bool landed = false) { return (landed ? 5 : 4) * stages; }
 RTATTN_GEOMETRY int fwd_sm90_ws_q_bytes(int pad_qk, int pad_v, int block_m, int staging) {
     const int q = 2 * block_m * pad_qk, o = 2 * block_m * padded_row(pad_v);
     return staging == kStageOverQ && o > q ? round_up(o, 1024) : q;  // the K/V ring stays on 1024-byte swizzle atoms
@@ -115,10 +129,10 @@ RTATTN_GEOMETRY int fwd_sm90_ws_tile_bytes(int pad_qk, int pad_v, int block_m, i
 }
 RTATTN_GEOMETRY int fwd_sm90_ws_barrier_offset(int tile_bytes) { return round_up(tile_bytes, 8); }
 RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool wide_v,
-                                           int staging) {
+                                           int staging, bool shift_rows = false) {
     return fwd_sm90_ws_barrier_offset(
                fwd_sm90_ws_tile_bytes(pad_qk, pad_v, block_m, block_n, stages, wide_v, staging)) +
-           8 * kv_ring_barriers(stages);
+           8 * kv_ring_barriers(stages, shift_rows);
 }
 
 // The backward's fp32 dQ rows (workspace accumulator and shared staging tile) are pad_qk + 8 floats apart: a stride

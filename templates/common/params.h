@@ -149,6 +149,13 @@ struct FwdParamsTma {
     // Persistent kernels: the tiles are m_blocks query blocks x heads_q x batch sequences. walk: each CTA walks them
     // (sm90::CtaTiles), else it takes tile blockIdx.x of them.
     int m_blocks, batch, walk;
+    // Shifted rows (kShiftRows: head dims off the 16 grid; geometry::shift_fits): one map per panel width, whose box
+    // for kv head h starts at column h * *_col_step - shift and head coordinate h * *_head_step (a view of every
+    // head's columns in one seq row, or a head dimension), 32 (else 16) bytes aligned; the tile then holds the row
+    // shifted right by *_shift[h % 16] columns (the shift repeats every 16 heads at most). Q is loaded with K's shift,
+    // O stored with V's. All zero when loading with cp.async.
+    signed char k_shift[16], v_shift[16];
+    int k_col_step, v_col_step, k_head_step, v_head_step;
 };
 
 }  // namespace rtattn

@@ -1,8 +1,9 @@
 // Hopper (sm_90a) forward pass, warp-specialized. Same tiles, layouts and GEMM issue as rtattn_fwd_sm90.cuh; what
 // changes is who waits for what:
 //  - one producer warpgroup streams K and V tiles through a ring (one TMA box per panel where the layout allows;
-//    for split-row head dims such as 132 and 140, TMA boxes plus 8-24 bytes per row copied by the producer threads; else
-//    cp.async by all 128 producer threads) and announces each landed tile on an mbarrier; the consumer
+//    for head dims off the 16 grid, boxes of whole rows shifted to 32-byte boundaries, with K's columns outside the
+//    row zeroed by the producer threads, or split rows: TMA boxes plus 8-24 bytes per row copied by the producer
+//    threads; else cp.async by all 128 producer threads) and announces each landed tile on an mbarrier; the consumer
 //    warpgroups (64 query rows each) never load K/V and never meet at a CTA-wide barrier, and the producer gives
 //    its registers to them (setmaxnreg);
 //  - per key block j a consumer issues QK^T(j) and PV(j-1) back to back, runs the softmax of block j while PV(j-1)
@@ -34,7 +35,7 @@ struct FwdShapeSm90Ws {
     static constexpr int kBarrierOffset = geometry::fwd_sm90_ws_barrier_offset(geometry::fwd_sm90_ws_tile_bytes(
         T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWideV, kStaging));
     static constexpr int kSmemBytes = geometry::fwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
-                                                                       T::kStages, T::kWideV, kStaging);
+                                                                       T::kStages, T::kWideV, kStaging, T::kShiftRows);
     static_assert(kQBytes >= 2 * Base::kQElems && (!T::kPersistent || T::kOApart || kQBytes >= 2 * T::kBlockM *
                                                                                                 Base::kStrideV),
                   "O staged over Q fits the bytes before the K/V ring");
@@ -48,7 +49,11 @@ struct FwdShapeSm90Ws {
     // cp.async fallback: unrolling the producer's load loop 4x keeps more copies in flight (+13% at d128 on an
     // H200 over no unroll); with 3 consumers the producer has 32 registers and no unroll.
     static constexpr int kLoadUnroll = kConsumers == 3 ? 1 : 4;
-    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register split");
+    // setmaxnreg moves registers within the CTA's allocation: kThreads x the count each thread starts with, which
+    // __launch_bounds__(kThreads, 1) makes 65536 / kThreads (at most 255) rounded down to a multiple of 8 (168 for two
+    // consumer warpgroups: 64512, not 65536).
+    static constexpr int kEntryRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) / 8 * 8;
+    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs, "register split");
     static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
     static_assert(T::kStages >= 2, "the overlapped schedule holds block j's K and block j-1's V at once");
     // Split rows (geometry::split_fits): TMA fills every panel of a K or V tile but the last; the producer threads
@@ -59,6 +64,10 @@ struct FwdShapeSm90Ws {
     static_assert(!T::kSplitRows || (T::kSwizzle && T::kVecQK >= 4 && T::kVecV >= 4 &&
                                      geometry::split_rows_fit(T::kHeadDimQK, T::kPadQK, T::kHeadDimV, kVTileCols)),
                   "split rows: head dims 4 mod 8 or 8 mod 16 whose tail fits the last panel, swizzled tiles");
+    // Shifted rows (geometry::shift_fits): whole rows land shifted right by up to 15 columns, within the pads.
+    static_assert(!T::kShiftRows || (T::kSwizzle && !T::kSplitRows &&
+                                     geometry::shift_rows_fit(T::kHeadDimQK, T::kPadQK, T::kHeadDimV, T::kPadV)),
+                  "shifted rows: head dims off the 16 grid with room for the shift, swizzled tiles");
     static_assert(!T::kWideV || T::kSwizzle, "wide V tiles are 64-column swizzled panels");
 };
 
@@ -296,6 +305,115 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     }
 }
 
+// The producer's zeroing warps' share of a K tile (shifted rows): each row's columns outside the row shifted right by
+// `shift` (the shift's before it, the pad's rest after it), kVec columns a store. Four threads to a row, each with its
+// own pieces, rows 24 apart: a column's XOR swizzle repeats every 8 rows, so a piece's address steps by a constant
+// (its panel's row pitch x 24), and with kCache it is worked out once per tile. Working out every store's address for
+// every key block cost the odd head dims 15-20% of their speed and d132 5% (H100). Without kCache (the 32 registers
+// of a three-consumer kernel's producer hold no cache: 8-76 bytes of spills; produce_shift says where else) each
+// thread takes whole rows 96 apart, every element's address worked out anew.
+template <int kRows, int kHeadDim, int kPad, int kVec, class L, bool kCache>
+struct ZeroOutside {
+    static constexpr int kPieces = (kPad - kHeadDim) / kVec, kLanes = 4, kStep = 96 / kLanes;
+    static constexpr int kPerLane = (kPieces + kLanes - 1) / kLanes;
+    static constexpr int kCached = kCache && kPerLane > 0 ? kPerLane : 1;  // (K of a head dim on the 16 grid: none)
+    static_assert(kStep % 8 == 0, "rows of a thread share their swizzle");
+    using Vec = typename detail::VecOf<kVec>::type;
+    int t, shift;
+    int at[kCached], step[kCached];  // a piece's offset in the thread's first row and per kStep rows; step 0: none
+    __device__ __forceinline__ ZeroOutside(int t_, int shift_) : t(t_), shift(shift_) {
+        if constexpr (kCache) {
+            const int lane = t % kLanes, r0 = t / kLanes;
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                const int e = (lane + i * kLanes) * kVec, col = e < shift ? e : e + kHeadDim;
+                const bool used = lane + i * kLanes < kPieces;
+                at[i] = L::offset(r0, used ? col : 0);
+                step[i] = used ? L::offset(r0 + kStep, col) - at[i] : 0;
+            }
+        }
+    }
+    __device__ __forceinline__ void zero(detail::u16* s) const {
+        if constexpr (kCache) {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                if (step[i] == 0) continue;
+#pragma unroll 1
+                for (int r = t / kLanes, a = at[i]; r < kRows; r += kStep, a += step[i])
+                    *reinterpret_cast<Vec*>(s + a) = Vec{};
+            }
+        } else {
+#pragma unroll 1
+            for (int r = t; r < kRows; r += 96) {
+#pragma unroll 4  // fully unrolled, 20-31 columns of 2-byte pieces spilled the 32-register producer
+                for (int e = 0; e < kPad - kHeadDim; e += kVec)
+                    *reinterpret_cast<Vec*>(s + L::offset(r, e < shift ? e : e + kHeadDim)) = Vec{};
+            }
+        }
+    }
+};
+
+// Shifted-row producer (kShiftRows). Thread 0 issues the boxes, each panel of whole rows from the 32-byte (or
+// 16-byte) boundary at or before the row on, K's completing on the slot's landed barrier and V's on its full one, as
+// the whole-row producer does. Warps 1-3 wait for each K tile to land, zero its rows' columns outside the row (the
+// neighbouring heads' data there, or a strided layout's gaps, would meet Q's zeros as 0 x NaN where they are not
+// finite) and then mark it full (three arrivals). V's columns outside the row reach only O's columns outside it,
+// never stored. Issuing and zeroing apart keep both chains as short as the whole-row producer's: one thread that
+// waited for each K tile to land before issuing the next boxes put the TMA latency into every key block (H200: d194
+// and d226, 64-key tiles, at 0.79-0.82 of the pad16 ideal), and zeroing after the wait for V's slot put the zeroing on
+// the consumers' path (d131 0.65, d132 0.83).
+template <class T>
+__device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
+                                              sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta,
+                                              detail::TileCoord c, int it, int ptid) {
+    using detail::u32;
+    using B = FwdShapeSm90<T>;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
+    using LV = sm90::VLayout<T>;
+    constexpr int kSt = T::kStages;
+    const int kv_head = c.head / pt.p.q_per_kv;
+    if (ptid >= 32) {  // warps 1-3: zero each landed K tile outside its rows
+        // A cache of up to 16 pieces (8 registers): 21 (d235, 16 more columns) spilled with packed sequences.
+        constexpr bool kCache =
+            FwdShapeSm90Ws<T>::kProducerRegs >= 56 && (T::kPadQK - T::kHeadDimQK) / T::kVecQK <= 16;
+        const ZeroOutside<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kVecQK, LK, kCache> zeros(ptid - 32,
+                                                                                              pt.k_shift[kv_head % 16]);
+        for (int j = 0; j < cta.n_blocks; ++j) {
+            const int b = it + j, slot = ring.slot(b);
+            ptx::mbar_wait(ring.landed_k(slot), ring.full_parity(b));
+            zeros.zero(sK + slot * B::kKElems);
+            wgmma::fence_proxy_async();  // the zeros, visible to the consumers' wgmma
+            __syncwarp();
+            if ((ptid & 31) == 0) ptx::mbar_arrive(ring.full_k(slot));
+        }
+        return;
+    }
+    if (ptid != 0) return;
+    const int batch = T::kVarlen ? 0 : c.batch;
+    const int k_col = kv_head * pt.k_col_step - pt.k_shift[kv_head % 16];
+    const int v_col = kv_head * pt.v_col_step - pt.v_shift[kv_head % 16];
+    const int k_head = kv_head * pt.k_head_step, v_head = kv_head * pt.v_head_step;
+    const bool seq_first = pt.tma_seq_dim == 1;
+    for (int j = 0; j < cta.n_blocks; ++j) {
+        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + j * T::kBlockN;
+        const u32 parity = ring.empty_parity(b);
+        const u32 landed = ring.landed_k(slot), full_v = ring.full_v(slot);
+        const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
+        if (b >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
+        ptx::mbar_arrive_expect_tx(landed, 2 * B::kKElems);
+        LK::for_each_panel([&](int kind, int col, int offset) {
+            ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], k_col + col, seq_first ? k0 : k_head,
+                             seq_first ? k_head : k0, batch, landed);
+        });
+        if (b >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
+        ptx::mbar_arrive_expect_tx(full_v, 2 * B::kVElems);
+        LV::for_each_panel([&](int kind, int col, int offset) {
+            ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], v_col + col, seq_first ? k0 : v_head,
+                             seq_first ? v_head : k0, batch, full_v);
+        });
+    }
+}
+
 // The producer warpgroup: K/V tiles of every tile this CTA takes, into the ring. Block j of a tile is ring position
 // it + j (it: the key blocks of the CTA's earlier tiles) and goes to slot (it + j) % kSt once every consumer warp
 // has released that slot's previous occupant.
@@ -329,8 +447,8 @@ __device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK,
         ptx::cp_async_wait<0>();  // exit with nothing in flight
         return;
     }
-    // TMA without split rows: one thread issues every box.
-    if (!T::kSplitRows && ptid != 0) return;
+    // TMA of whole rows: one thread issues every box.
+    if (!T::kSplitRows && !T::kShiftRows && ptid != 0) return;
     int it = 0;
     for (sm90::CtaTiles<T> tiles(pt); !tiles.done(pt); tiles.next(pt)) {
         const detail::TileCoord c = tiles.coord(pt);
@@ -338,6 +456,8 @@ __device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK,
         if (sm90::idle_tile<T>(cta)) continue;
         if constexpr (T::kSplitRows)
             produce_split<T>(pt, sK, sV, ring, cta, c, it, ptid);
+        else if constexpr (T::kShiftRows)
+            produce_shift<T>(pt, sK, sV, ring, cta, c, it, ptid);
         else if constexpr (T::kSwizzle)
             produce_tma<T>(pt, sK, sV, ring, cta, c, it);
         it += cta.n_blocks;
@@ -382,12 +502,14 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     }
     if (tid == 0) {
         // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile;
-        // split rows: both (each producer warp after storing its rows' tails).
+        // split rows: both (each producer warp after storing its rows' tails); shifted rows: K's box bytes land on
+        // their own barrier, and producer warps 1-3 mark K full once its rows are zeroed outside the row.
         const bool tma = T::kSwizzle && pt.use_tma != 0;
         const u32 loaders = !tma ? 128 : T::kSplitRows ? 5 : 1;
         for (int st = 0; st < kSt; ++st) {
-            ptx::mbar_init(ring.full_k(st), loaders);
+            ptx::mbar_init(ring.full_k(st), tma && T::kShiftRows ? 3 : loaders);
             ptx::mbar_init(ring.full_v(st), loaders);
+            if constexpr (T::kShiftRows) ptx::mbar_init(ring.landed_k(st), 1);
             ptx::mbar_init(ring.empty_k(st), T::kWarps);  // one arrival per consumer warp
             ptx::mbar_init(ring.empty_v(st), T::kWarps);
         }
@@ -405,14 +527,21 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const int ctid = tid & 127;  // thread within the warpgroup
     const int q_row0 = wg * 64;
     // This warpgroup's 64 Q rows of a tile (its own rows: no other warpgroup reads them). Split rows: Q columns
-    // rotate with K's (the dot product only needs both in the same order).
+    // rotate with K's; shifted rows: they shift with K's, every other column zero (the dot product only needs both
+    // in the same order).
     auto load_q = [&](const sm90::CtaTiles<T>& tiles) {
         const detail::TileCoord c = tiles.coord(pt);
         const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
-        const int q_rot = T::kSplitRows ? pt.k_rot[(c.head / p.q_per_kv) % pt.split_classes] : 0;
-        sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
-            sQ, cta.q + (long long)q_row0 * p.q_seq_stride, p.q_seq_stride, cta.seqlen_q - cta.q0 - q_row0, ctid,
-            q_row0, q_rot);
+        const u16* g = cta.q + (long long)q_row0 * p.q_seq_stride;
+        const int valid_rows = cta.seqlen_q - cta.q0 - q_row0;
+        if constexpr (T::kShiftRows) {
+            sm90::load_tile_shifted<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
+                sQ, g, p.q_seq_stride, valid_rows, ctid, q_row0, pt.k_shift[(c.head / p.q_per_kv) % 16]);
+        } else {
+            const int q_rot = T::kSplitRows ? pt.k_rot[(c.head / p.q_per_kv) % pt.split_classes] : 0;
+            sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
+                sQ, g, p.q_seq_stride, valid_rows, ctid, q_row0, q_rot);
+        }
         ptx::cp_async_commit();
     };
 
@@ -553,6 +682,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         // Epilogue, per warpgroup: its 64 rows staged (after its previous tile's stores have read the staging rows;
         // over Q (and K/V), after every consumer is done with them), then stored.
         const int o_rot = T::kSplitRows ? pt.v_rot[(c.head / p.q_per_kv) % pt.split_classes] : 0;
+        const int o_shift = T::kShiftRows ? pt.v_shift[(c.head / p.q_per_kv) % 16] : 0;
         if constexpr (T::kOApart)
             ptx::bar_sync(sm90::kBarStage + wg, 128);
         else
@@ -562,7 +692,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
                                                                     lane, c.head);
         ptx::bar_sync(sm90::kBarStage + wg, 128);
         detail::store_tile<64, T::kHeadDimV, T::kVecV, B::kStrideV, 128>(p, seq, sO + q_row0 * B::kStrideV,
-                                                                         q0 + q_row0, ctid, o_rot, c.head);
+                                                                         q0 + q_row0, ctid, o_rot, c.head, o_shift);
         if constexpr (T::kPersistent && !T::kOApart) {
             // Every warpgroup's stores have read the O staged over Q: Q's pad columns are zeroed again (O overwrote
             // them; QK^T must meet 0 there, never 0 x NaN) and the next Q loads. The pad columns (fewer than 16) all
@@ -570,7 +700,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             // stores, its real columns loaded again after (zero_pad_cols' per-element loop cost d148 28 bytes of
             // spills).
             ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
-            if constexpr (T::kHeadDimQK < T::kPadQK) {
+            if constexpr (T::kHeadDimQK < T::kPadQK && !T::kShiftRows) {  // shifted rows' Q loads write every column
                 if constexpr (T::kSwizzle) {
                     constexpr int kLastW = geometry::last_panel_width(T::kPadQK);
                     uint4* z = reinterpret_cast<uint4*>(sQ + LQ::offset(q_row0, T::kPadQK - kLastW));
