@@ -1,76 +1,28 @@
 // The warp-specialized Hopper forward family (templates/fwd/sm90_ws.cuh): a producer warpgroup streams K/V tiles with
-// TMA (tensor maps encoded here, per launch) into a ring of mbarrier-guarded slots; consumer warpgroups overlap the
-// softmax of block j with the PV of block j-1 and may take turns on the tensor cores (ping-pong).
+// TMA (tensor maps encoded per launch: the K/V views here, the maps by kernels/tma) into a ring of mbarrier-guarded
+// slots; consumer warpgroups overlap the softmax of block j with the PV of block j-1 and may take turns on the tensor
+// cores (ping-pong).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "arch/arch.hpp"
 #include "common/geometry.h"
 #include "kernels/forward.hpp"
 #include "kernels/sm90.hpp"
+#include "kernels/tma.hpp"
 #include "core/errors.hpp"
 #include "util/env.hpp"
 
 namespace rtattn::kernels {
 
-static_assert(sizeof(TmaMap) == sizeof(CUtensorMap) && alignof(TmaMap) == alignof(CUtensorMap),
-              "TmaMap mirrors CUtensorMap");
-
 namespace {
 
-// The swizzle mode of each panel kind (geometry::panel_width; the kernel's map index, templates/common/params.h).
-constexpr CUtensorMapSwizzle kSwizzles[4] = {CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_64B,
-                                             CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_SWIZZLE_NONE};
-
-struct Outer {
-    std::int64_t extent, stride_bytes;
-};
-
-// A K or V tensor as the kernel's maps see it: `cols` columns from `base`, then seq, head and batch dimensions.
-struct View {
-    const void* base;
-    int cols;
-    Outer seq, head, batch;
-};
-
-// One map per panel width of a `tile_cols`-wide tile into maps[kind]. Dims are ordered by stride (seq before head
-// when seq_dim is 1) as the driver wants each stride to cover the previous.
-bool encode_view(TmaMap* maps, const View& v, int tile_cols, int block_n, bool bf16, int seq_dim) {
-    if (reinterpret_cast<std::uintptr_t>(v.base) % 16 != 0) return false;
-    Outer outer[3] = {seq_dim == 1 ? v.seq : v.head, seq_dim == 1 ? v.head : v.seq, v.batch};
-    std::int64_t covered = std::int64_t(v.cols) * 2;
-    for (auto& o : outer) {
-        if (o.extent == 1) o.stride_bytes = (covered + 15) / 16 * 16;  // never stepped: any legal stride will do
-        if (o.stride_bytes <= 0 || o.stride_bytes % 16 != 0 || o.stride_bytes >= (std::int64_t(1) << 40)) return false;
-        covered = std::max(covered, o.stride_bytes * o.extent);
-    }
-    const cuuint64_t dims[4] = {cuuint64_t(v.cols), cuuint64_t(outer[0].extent), cuuint64_t(outer[1].extent),
-                                cuuint64_t(outer[2].extent)};
-    const cuuint64_t strides[3] = {cuuint64_t(outer[0].stride_bytes), cuuint64_t(outer[1].stride_bytes),
-                                   cuuint64_t(outer[2].stride_bytes)};
-    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    for (int kind = 0; kind < 4; ++kind) {
-        if (!geometry::has_panel(tile_cols, kind)) continue;
-        const cuuint32_t box[4] = {cuuint32_t(geometry::panel_width(kind)), cuuint32_t(seq_dim == 1 ? block_n : 1),
-                                   cuuint32_t(seq_dim == 1 ? 1 : block_n), 1};
-        const CUresult r = driver::api().cuTensorMapEncodeTiled(
-            reinterpret_cast<CUtensorMap*>(&maps[kind]),
-            bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(v.base),
-            dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, kSwizzles[kind],
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        if (r != CUDA_SUCCESS) return false;
-    }
-    return true;
-}
-
-View whole_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch) {
-    return {t.ptr, dim, {seqlen, t.seq_stride * 2}, {heads, t.head_stride * 2}, {batch, t.batch_stride * 2}};
-}
+using tma::View;
+using tma::whole_rows;
 
 // Split rows: kv heads of class `cls` (every `classes`-th head), rotated by `rot` columns so that each row's boxes
 // start `align` bytes aligned; the map covers the d - rot columns from there, of which the boxes read the tile's main
@@ -79,13 +31,6 @@ View split_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch, i
     const auto* head0 = static_cast<const unsigned char*>(t.ptr) + std::int64_t(cls) * t.head_stride * 2;
     return {head0 + 2 * rot, dim - rot, {seqlen, t.seq_stride * 2},
             {(heads - cls + classes - 1) / classes, t.head_stride * 2 * classes}, {batch, t.batch_stride * 2}};
-}
-
-// RTATTN_TMA=0 or false: cp.async instead (README: Environment). Read once, launches are hot; any other value is a
-// ConfigError naming the variable (thrown again on every launch until fixed), never TMA left on silently.
-bool tma_disabled() {
-    static const bool off = !util::env_flag("RTATTN_TMA").value_or(true);
-    return off;
 }
 
 // RTATTN_PERSISTENT=0 or false: persistent kernels get a CTA per tile, as the others (each does one tile); for
@@ -145,8 +90,8 @@ bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
         for (int cls = 0; cls < std::min(classes, heads_kv); ++cls) {
             const View k = split_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch, cls, classes, out.k_rot[cls]);
             const View v = split_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch, cls, classes, out.v_rot[cls]);
-            if (!encode_view(out.k_map + 2 * cls, k, k_main, p.block_n, p.bf16, out.tma_seq_dim) ||
-                !encode_view(out.v_map + 2 * cls, v, v_main, p.block_n, p.bf16, out.tma_seq_dim))
+            if (!tma::encode_panels(out.k_map + 2 * cls, k, k_main, p.block_n, p.bf16, out.tma_seq_dim) ||
+                !tma::encode_panels(out.v_map + 2 * cls, v, v_main, p.block_n, p.bf16, out.tma_seq_dim))
                 return false;
         }
         out.split_classes = classes;
@@ -186,7 +131,7 @@ bool encode_shifted(const plan::KernelPlan& p, const TensorArg& t, int dim, int 
         col_step = 0, head_step = 1;
         seq_dim = t.seq_stride <= t.head_stride ? 1 : 2;
     }
-    return encode_view(maps, v, tile_cols, p.block_n, p.bf16, seq_dim);
+    return tma::encode_panels(maps, v, tile_cols, p.block_n, p.bf16, seq_dim);
 }
 
 bool encode_shift(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, int heads_kv, FwdParamsTma& out) {
@@ -208,7 +153,7 @@ bool encode_shift(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;
     out.split_classes = 2;
-    if (!p.swizzle || tma_disabled()) return;
+    if (!p.swizzle || tma::disabled()) return;
     const KvRows rows = p.varlen ? KvRows{1, a.total_k} : KvRows{a.batch, a.seqlen_k};
     bool ok = false;
     if (p.split_rows) {
@@ -216,10 +161,10 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
     } else if (p.shift_rows) {
         ok = encode_shift(p, a, rows, heads_kv, out);
     } else if (set_seq_dim(a, 1, out)) {
-        ok = encode_view(out.k_map, whole_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch), p.pad_qk,
-                         p.block_n, p.bf16, out.tma_seq_dim) &&
-             encode_view(out.v_map, whole_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch),
-                         geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
+        ok = tma::encode_panels(out.k_map, whole_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch),
+                                p.pad_qk, p.block_n, p.bf16, out.tma_seq_dim) &&
+             tma::encode_panels(out.v_map, whole_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch),
+                                geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
     if (!ok) {  // cp.async loads rows unrotated and unshifted (split_classes is still 2: encode_split sets it only on
