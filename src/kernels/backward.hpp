@@ -1,5 +1,6 @@
 // Backward kernel families. A family is one template folder entry (templates/bwd/) and this description of it: its
-// shared memory and threads, the stub (three entries: main, preprocess, postprocess) and how a call is launched.
+// shared memory and threads, the stub (three entries: its main kernel, then the shared preprocess and postprocess)
+// and how a call is launched.
 // The backward tile table (src/plan/backward_tiles.cpp) names a family per row.
 #pragma once
 #include <string>
@@ -49,5 +50,22 @@ public:
 const BackwardFamily& bwd_mma();  // mma.sync m16n8k16, every arch (bwd/mma.cuh)
 
 render::RenderedSource render_backward(const plan::BackwardPlan& p);
+
+// ---- pieces every backward family shares: the row kernels (templates/bwd/rows.cuh) before and after the family's
+// main kernel, the parameter block and the workspace's parts (plan::BackwardWorkspace) --------------------------------
+
+// A backward module's entries, in order: the family's main kernel, preprocess, postprocess.
+inline constexpr const char* kBackwardMainEntry = "rtattn_bwd_main";
+inline constexpr int kBackwardPreIndex = 1, kBackwardPostIndex = 2;
+// A stub spec with the program name, the plan comment, the traits every backward template reads and the three
+// entries (main calls rtattn::<main_fn><Traits>(params)); the family adds its own traits.
+render::StubSpec backward_stub(const plan::BackwardPlan& p, const char* header, const char* shape,
+                               const char* main_fn);
+// The parameter block: the call's tensors and sizes, the config's heads and scale, the workspace's parts.
+BwdParams backward_params(const BackwardLaunch& l);
+// The preprocess (before the main kernel: D, LSE in log2 units, the zeroed dQ accumulator) and the postprocess
+// (after it: dQ) over every query row of every head and sequence.
+void launch_backward_pre(const BackwardLaunch& l, BwdParams& params);
+void launch_backward_post(const BackwardLaunch& l, BwdParams& params);
 
 }  // namespace rtattn::kernels

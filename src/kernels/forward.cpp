@@ -5,13 +5,6 @@
 
 namespace rtattn::kernels {
 
-namespace {
-
-render::Trait int_trait(const char* name, int v) { return {"int", name, std::to_string(v)}; }
-render::Trait bool_trait(const char* name, bool v) { return {"bool", name, v ? "true" : "false"}; }
-
-}  // namespace
-
 const ForwardFamily* forward_family(const std::string& name) {
     for (const ForwardFamily* f : {&fwd_mma(), &fwd_sm90(), &fwd_sm90_ws(), &dec_mma()})
         if (name == f->name()) return f;
@@ -21,6 +14,7 @@ const ForwardFamily* forward_family(const std::string& name) {
 render::RenderedSource render_plan(const plan::KernelPlan& p) { return render::render(p.family->stub(p)); }
 
 std::vector<render::Trait> common_traits(const plan::KernelPlan& p) {
+    using render::bool_trait, render::int_trait;
     return {int_trait("kHeadDimQK", p.head_dim_qk), int_trait("kHeadDimV", p.head_dim_v),
             int_trait("kPadQK", p.pad_qk),          int_trait("kPadV", p.pad_v),
             bool_trait("kBF16", p.bf16),            bool_trait("kCausal", p.causal),

@@ -14,6 +14,8 @@ namespace rtattn::render {
 struct Trait {
     std::string type, name, value;
 };
+inline Trait int_trait(const char* name, int v) { return {"int", name, std::to_string(v)}; }
+inline Trait bool_trait(const char* name, bool v) { return {"bool", name, v ? "true" : "false"}; }
 
 // One extern "C" kernel of the module.
 struct Entry {

@@ -1,13 +1,13 @@
 // FlashAttention-2's backward pass for any head_dim, on mma.m16n8k16: three kernels of one module.
 //
 //   preprocess  per query row: D = rowsum(dO * O) (minus the LSE's own gradient, if any), LSE in log2 units;
-//               zeroes the dQ accumulator.
+//               zeroes the dQ accumulator (bwd/rows.cuh, every backward family's).
 //   main        one CTA per (key block, kv head, batch) walks every query block of every query head of its GQA
 //               group: it recomputes S = Q K^T and P = exp(S * scale - LSE), then
 //                 dV += P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dK += dS^T Q,   dQ += dS K,
 //               keeping dK and dV in registers (summed over the group: the caller never reduces) and adding dQ into
 //               an fp32 accumulator in global memory (in key-block order when deterministic).
-//   postprocess dQ = accumulator * scale, to the dtype and the caller's strides.
+//   postprocess dQ = accumulator * scale, to the dtype and the caller's strides (bwd/rows.cuh).
 //
 // Head dims are padded to 16 (both are the k of an MMA here: QK^T reduces over d_qk, dO V^T over d_v); padded
 // columns are zero in shared memory and never stored. Query rows past seqlen_q (and rows that see no key) carry
@@ -22,6 +22,7 @@
 #include "common/seq.cuh"
 #include "common/ptx.cuh"
 #include "common/warp_gemm.cuh"
+#include "bwd/rows.cuh"
 
 namespace rtattn {
 
@@ -82,71 +83,6 @@ struct BwdShape {
     static_assert(T::kStages == 1 || T::kStages == 2, "one or two Q/dO buffers");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
 };
-
-namespace detail {
-
-template <bool kBF16>
-__device__ __forceinline__ float to_float(ptx::u16 x) {
-    if constexpr (kBF16) {
-        return __uint_as_float(unsigned(x) << 16);
-    } else {
-        float f;
-        asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(x));
-        return f;
-    }
-}
-
-}  // namespace detail
-
-// Preprocess: one warp per query row of the workspace (m_pad rows per head; grid x covers them 8 rows per CTA).
-template <class T>
-__device__ __forceinline__ void flash_bwd_pre(const BwdParams& p) {
-    using ptx::u16;
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
-    const int head = blockIdx.y, batch = blockIdx.z;
-    if (row >= p.m_pad) return;
-    const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + row;
-    float* acc = p.dq_accum + ws_row * BwdShape<T>::kDqStride;
-    for (int c = lane; c < BwdShape<T>::kDqStride; c += 32) acc[c] = 0.f;
-    if (row % T::kBlockM == 0 && lane == 0) p.dq_sem[ws_row / T::kBlockM] = 0;
-    float d = 0.f, lse2 = __int_as_float(0x7f800000);  // past seqlen_q: D 0, LSE +inf
-    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
-    if (row < seq.seqlen_q) {
-        const u16* o = static_cast<const u16*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_seq_stride) +
-                       head * p.o_head_stride + row * p.o_seq_stride;
-        const u16* dout = static_cast<const u16*>(p.dout) + seq.q_offset(p.do_batch_stride, p.do_seq_stride) +
-                          head * p.do_head_stride + row * p.do_seq_stride;
-        for (int c = lane; c < T::kHeadDimV; c += 32)
-            d += detail::to_float<T::kBF16>(o[c]) * detail::to_float<T::kBF16>(dout[c]);
-        d = detail::warp_sum(d);
-        const long long stat = seq.lse_index(p, head) + row;
-        lse2 = p.lse[stat] * 1.4426950408889634f;
-        // A gradient g flowing into LSE adds g * P to dS (dLSE/dS = P): the same as lowering D by g.
-        if (p.dlse) d -= p.dlse[stat];
-    }
-    if (lane == 0) {
-        p.delta[ws_row] = d;
-        p.lse2[ws_row] = lse2;
-    }
-}
-
-// Postprocess: dQ = accumulator * scale for the rows below seqlen_q, one warp per row.
-template <class T>
-__device__ __forceinline__ void flash_bwd_post(const BwdParams& p) {
-    using ptx::u16;
-    const int lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
-    if (row >= seq.seqlen_q) return;
-    const float* acc =
-        p.dq_accum + (((long long)batch * p.heads_q + head) * p.m_pad + row) * BwdShape<T>::kDqStride;
-    u16* dq = static_cast<u16*>(p.dq) + seq.q_offset(p.dq_batch_stride, p.dq_seq_stride) + head * p.dq_head_stride +
-              row * p.dq_seq_stride;
-    for (int c = 2 * lane; c < T::kHeadDimQK; c += 64)
-        detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dq, c, acc[c] * p.scale, acc[c + 1] * p.scale);
-}
 
 template <class T>
 __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
