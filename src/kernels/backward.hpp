@@ -10,7 +10,8 @@
 #include "driver/driver.hpp"
 #include "plan/backward.hpp"
 #include "render/render.hpp"
-#include "core/runtime.hpp"
+#include "core/config.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::kernels {
 

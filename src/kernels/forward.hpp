@@ -12,7 +12,8 @@
 #include "driver/driver.hpp"
 #include "plan/plan.hpp"
 #include "render/render.hpp"
-#include "core/runtime.hpp"
+#include "core/config.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::kernels {
 

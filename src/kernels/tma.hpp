@@ -5,7 +5,8 @@
 #include <cstdint>
 
 #include "common/params.h"
-#include "core/runtime.hpp"
+#include "core/config.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::kernels::tma {
 

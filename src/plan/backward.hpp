@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/config.hpp"
-#include "core/runtime.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::kernels {
 class BackwardFamily;

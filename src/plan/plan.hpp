@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/config.hpp"
-#include "core/runtime.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::kernels {
 class ForwardFamily;

@@ -4,7 +4,8 @@
 #include <optional>
 #include <string_view>
 
-#include "core/runtime.hpp"
+#include "core/config.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::util {
 

@@ -3,7 +3,8 @@
 #include <functional>
 #include <string>
 
-#include "core/runtime.hpp"
+#include "core/config.hpp"
+#include "rtattn/types.hpp"
 
 namespace rtattn::util {
 
