@@ -263,9 +263,12 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
     CHECK(rtattn::plan_options({}).rows.empty());
     CHECK(!plan(cfg(132, "sm_90a", 0, 2), "128,128,8,1,2,0,0").split_rows);  // a cooperative plan has no producer
     CHECK(!plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,0").shift_rows);
-    // A tile override keeps the rows' choice; settle drops shifted rows where the override's V pad leaves no room.
+    // A tile override keeps the rows' choice, and V's pad keeps the room the shift needs whatever its pv_step.
     CHECK(plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,2").shift_rows);
-    CHECK(!plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,2,1,8").shift_rows);  // 5 columns: 16-byte shifts need 7
+    CHECK(plan(cfg(131, "sm_90a", 0, 8), "128,128,8,1,2,0,2,1,8").pad_v == 144);  // 136 leaves 5: 16-byte shifts need 7
+    CHECK(plan(cfg(235, "sm_90a", 0, 8), "128,64,8,1,2,0,2,1,16").pad_v == 256);  // 16 more columns
+    CHECK(plan(cfg(235, "sm_90a", 0, 8), "128,64,8,1,2,0,2,1,16").shift_rows);
+    CHECK(plan(cfg(132, "sm_90a", 0, 8), "128,128,8,1,2,0,2,1,8").pad_v == 144);
 }
 
 TEST_CASE("split rows take four head classes (32-byte boxes) where the tail pieces fit the producer's registers",

@@ -300,7 +300,9 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
         if (flag != 0 && flag != 1) throw ConfigError(field, fmt::format("{} ({}) must be 0 or 1", name, flag));
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
     p.pv_step = pv;
-    p.pad_v = geometry::round_up(p.head_dim_v, pv);
+    // Shifted rows keep the room their shift needs (16 more columns at d = 11, 13, 14, 15 mod 16): a narrower V would
+    // drop them for cp.async loads, not time them.
+    p.pad_v = std::max(geometry::round_up(p.head_dim_v, pv), p.shift_rows ? shift_pad(p.head_dim_v) : 0);
     p.wide_v = wide != 0;
     // schedule picks the Hopper family: 0 cooperative, 1 warp-specialized, 2 warp-specialized with ping-pong.
     if (hopper) p.family = sched == 0 ? &kernels::fwd_sm90() : &fwd_sm90_ws();
