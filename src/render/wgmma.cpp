@@ -24,17 +24,18 @@ std::string accumulator_outputs(int n) {
 
 std::string ss_wrapper(int n, const char* t) {
     const int acc = n / 2;
-    return fmt::format(R"(    static __device__ __forceinline__ void ss(float* d, u64 a, u64 b, int accumulate) {{
+    return fmt::format(R"(    template <bool kTransA = false, bool kTransB = false>
+    static __device__ __forceinline__ void ss(float* d, u64 a, u64 b, int accumulate) {{
         asm volatile(
             "{{ .reg .pred p; setp.ne.b32 p, %{pred}, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, %{a}, %{b}, p, 1, 1, 0, 0; }}\n"
+            "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, %{a}, %{b}, p, 1, 1, %{ta}, %{tb}; }}\n"
             : {outs}
-            : "l"(a), "l"(b), "r"(accumulate));
+            : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA ? 1 : 0), "n"(kTransB ? 1 : 0));
     }}
 )",
                        fmt::arg("n", n), fmt::arg("t", t), fmt::arg("regs", operand_list(acc)),
                        fmt::arg("outs", accumulator_outputs(acc)), fmt::arg("a", acc), fmt::arg("b", acc + 1),
-                       fmt::arg("pred", acc + 2));
+                       fmt::arg("pred", acc + 2), fmt::arg("ta", acc + 3), fmt::arg("tb", acc + 4));
 }
 
 std::string rs_wrapper(int n, const char* t) {

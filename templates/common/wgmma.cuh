@@ -26,8 +26,9 @@ __device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.ali
 // that wgmma reads through.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// ss: A and B from shared memory (both K-major). rs<kTransB>: A from registers (per warp, the mma.m16n8k16
-// A-fragment layout), B from shared memory, K-major (false) or N-major (true).
+// ss<kTransA, kTransB>: A and B from shared memory, each K-major (false, the default) or M/N-major (true: read
+// transposed, as the backward's dV += P^T dO and dK += dS^T Q need). rs<kTransB>: A from registers (per warp, the
+// mma.m16n8k16 A-fragment layout), B from shared memory, K-major (false) or N-major (true).
 template <int N, bool kBF16> struct Mma;
 
 }  // namespace wgmma
