@@ -8,6 +8,7 @@
 #include "arch/arch.hpp"
 #include "common/params.h"
 #include "driver/driver.hpp"
+#include "kernels/family.hpp"
 #include "plan/backward.hpp"
 #include "render/render.hpp"
 #include "core/config.hpp"
@@ -37,16 +38,7 @@ struct BackwardLaunch {
     void* stream;
 };
 
-class BackwardFamily {
-public:
-    virtual ~BackwardFamily() = default;
-    virtual const char* name() const = 0;  // "bwd_mma"
-    virtual bool runs_on(const arch::Arch& a) const = 0;
-    virtual int smem_bytes(const plan::BackwardPlan& p) const = 0;  // from templates/common/geometry.h
-    virtual std::string describe(const plan::BackwardPlan& p) const = 0;
-    virtual render::StubSpec stub(const plan::BackwardPlan& p) const = 0;
-    virtual void launch(const BackwardLaunch& l) const = 0;
-};
+class BackwardFamily : public Family<plan::BackwardPlan, BackwardLaunch> {};
 
 const BackwardFamily& bwd_mma();  // mma.sync m16n8k16, every arch (bwd/mma.cuh)
 

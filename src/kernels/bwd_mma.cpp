@@ -11,6 +11,7 @@ class BwdMma final : public BackwardFamily {
 public:
     const char* name() const override { return "bwd_mma"; }
     bool runs_on(const arch::Arch&) const override { return true; }
+    int threads(const plan::BackwardPlan& p) const override { return p.warps * 32; }
     int smem_bytes(const plan::BackwardPlan& p) const override {
         return geometry::bwd_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.bulk_dq);
     }

@@ -10,6 +10,7 @@
 #include "arch/arch.hpp"
 #include "common/params.h"
 #include "driver/driver.hpp"
+#include "kernels/family.hpp"
 #include "plan/plan.hpp"
 #include "render/render.hpp"
 #include "core/config.hpp"
@@ -34,21 +35,8 @@ struct ForwardLaunch {
     int resident_ctas;
 };
 
-class ForwardFamily {
+class ForwardFamily : public Family<plan::KernelPlan, ForwardLaunch> {
 public:
-    virtual ~ForwardFamily() = default;
-    // Stable id, in plans, cache entries and `rtattn info`: "fwd_mma", "fwd_sm90", "fwd_sm90_ws".
-    virtual const char* name() const = 0;
-    virtual bool runs_on(const arch::Arch& a) const = 0;
-    // After the tile choice (and any override): flags that depend on it, checks of what the family can serve.
-    // It may hand the plan to another family (the warp-specialized one does, for head dims TMA cannot address).
-    virtual void settle(plan::KernelPlan& p) const { (void)p; }
-    virtual int min_stages() const { return 1; }  // fitting shared memory never goes below this
-    virtual int threads(const plan::KernelPlan& p) const = 0;
-    virtual int smem_bytes(const plan::KernelPlan& p) const = 0;  // from templates/common/geometry.h
-    virtual std::string describe(const plan::KernelPlan& p) const = 0;  // "wgmma, swizzled tiles, ..."
-    virtual render::StubSpec stub(const plan::KernelPlan& p) const = 0;
-    virtual void launch(const ForwardLaunch& l) const = 0;
     // Split-KV families: the key splits a call runs and the device workspace it needs (the others: 1 and none).
     virtual int num_splits(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const { return 1; }
     virtual std::size_t workspace_bytes(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const {

@@ -40,7 +40,7 @@ struct BackwardPlan {
     int smem_bytes = 0;
     std::string reason;
 
-    int threads() const { return warps * 32; }
+    int threads() const;  // the family's: its main kernel's CTA
     std::string kernel() const;
     double useful_flop_fraction() const { return double(head_dim_qk + head_dim_v) / double(pad_qk + pad_v); }
     BackwardWorkspace workspace(int batch, int heads_q, int seqlen_q) const;

@@ -131,6 +131,7 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
 }
 
 std::string BackwardPlan::kernel() const { return family->describe(*this); }
+int BackwardPlan::threads() const { return family->threads(*this); }
 
 BackwardWorkspace BackwardPlan::workspace(int batch, int heads_q, int seqlen_q) const {
     BackwardWorkspace w;
