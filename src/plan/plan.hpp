@@ -39,7 +39,8 @@ struct KernelPlan {
     bool split_rows = false;
     // fwd_sm90_ws, head dims off the 16 grid (geometry::shift_fits): TMA moves whole rows from the 32-byte (or
     // 16-byte) boundary at or before each, so the tile holds them shifted right by up to 15 columns within the pads
-    // (V padded to 16), and the producer threads zero K's columns outside the row. Preferred to split rows.
+    // (both to 16, or 16 columns more where that leaves no room), and the producer threads zero K's columns outside
+    // the row. Where split rows fit too, forward_tiles.cpp's measured rule picks one.
     bool shift_rows = false;
     // The config's kv heads make packed K/V rows (heads_kv x d elements) a multiple of 16 bytes, as split rows' maps
     // need: the only way head counts enter a plan (kv_rows_16b below).
@@ -70,8 +71,9 @@ struct PlanOptions {
     // The same for the backward table: "block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages[,bulk_dq]"
     // (RTATTN_BWD_TILE).
     std::string backward_tile_override;
-    // How the warp-specialized Hopper forward loads rows off the 16 grid: "" the table's choice (shifted rows where
-    // they fit), "split" (split rows where they fit, as before shifted rows), "shift". A timing knob (RTATTN_ROWS).
+    // How the warp-specialized Hopper forward loads rows off the 16 grid: "" the table's choice (split rows where they
+    // measured faster, else shifted rows where they fit), "split" (split rows where they fit, nothing shifted: the
+    // planner before shifted rows), "shift" (shifted rows wherever they fit). A timing knob (RTATTN_ROWS).
     std::string rows;
     std::string rows_field = "rows";
 };
