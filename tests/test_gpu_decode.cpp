@@ -445,6 +445,36 @@ TEST_CASE("decode: head dims of 4 mod 8 as rotated 16-byte rows, and strides tha
         }
 }
 
+TEST_CASE("decode: head dims of 4 mod 8 whose rows alternate rotation key by key", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    // An odd count of kv heads at d132 (MQA included) puts the token stride 8 bytes past a 16-byte multiple, so rows
+    // alternate between rotations 0 and 4: the kernel keeps even and odd keys apart (rotation 2). Against it: two kv
+    // heads (every row alike: rotation 1), one-key head-major pages of a page stride of 0 mod 8 (each page starts
+    // alike: rotation 1), one-key pages of a stride of 4 mod 8 (unlike: 8-byte vectors), head-major pages of two kv
+    // heads (rows alternate, but the kernel, planned for packed rows of two heads, is not built for it: 8-byte
+    // vectors), odd capacities (a dense batch stride of 4 mod 8: each sequence starts
+    // at its own rotation), causal query tokens whose limits fall on either parity, splits, and rows cut mid-tile.
+    struct Shape {
+        int hq, hkv, ps, sq, splits;
+        bool causal, head_major;
+    };
+    for (const Shape& sh :
+         {Shape{16, 1, 0, 1, 0, false, false}, Shape{16, 1, 16, 1, 4, false, false}, Shape{6, 3, 2, 1, 0, false, false},
+          Shape{6, 3, 1, 1, 0, false, false}, Shape{4, 2, 1, 1, 0, false, true}, Shape{4, 2, 16, 1, 0, false, true}, Shape{10, 5, 0, 4, 3, true, false},
+          Shape{8, 2, 0, 1, 0, false, false}, Shape{24, 3, 16, 7, 0, true, false}, Shape{15, 3, 64, 2, 2, true, true}})
+        for (auto [dq, dv] : {std::pair{132, 132}, {100, 132}, {132, 36}}) {
+            DecodeCase c;
+            c.d_qk = dq, c.d_v = dv;
+            c.heads_q = sh.hq, c.heads_kv = sh.hkv;
+            c.seqlen_q = sh.sq, c.causal = sh.causal;
+            c.page_size = sh.ps, c.head_major = sh.head_major;
+            c.num_splits = sh.splits;
+            c.lens = {999, 1, 64, 130, 65};  // dense capacity 1004 or 1005 by the extra rows below
+            c.extra_capacity = sh.hkv % 2 ? 6 : 5;
+            run_case(c);
+        }
+}
+
 TEST_CASE("decode: long sequences split many ways", "[gpu][decode]") {
     SKIP_WITHOUT_GPU();
     DecodeCase c;

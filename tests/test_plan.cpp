@@ -465,6 +465,23 @@ TEST_CASE("decode configs plan from the decode table on every arch, and have no 
     CHECK(plan(c, "128,64,4,2,2,0").reason.find("not applied") != std::string::npos);
 }
 
+TEST_CASE("decode splits fill whole waves of the device's slots, a grid of more than a wave included", "[plan]") {
+    auto splits = [](int hq, int hkv, int batch, int keys, int slots, int asked = 0) {
+        AttentionConfig c = cfg(128, "sm_90a");
+        c.decode = true;
+        c.num_heads_q = hq, c.num_heads_kv = hkv;
+        const KernelPlan p = plan(c);
+        return p.family->num_splits(p, c, {batch, 1, keys, asked, slots});
+    };
+    // 2 CTAs on each of 132 SMs: 264 slots.
+    CHECK(splits(16, 16, 64, 4096, 264) == 1);  // 1024 CTAs: 3.9 waves, 97% full
+    CHECK(splits(30, 5, 64, 4096, 264) == 4);   // 320 CTAs: 1.2 waves (61%); 4 splits 4.8 (97%)
+    CHECK(splits(24, 3, 64, 4096, 264) == 4);   // 192: 2 splits 73%, 4 splits 97%
+    CHECK(splits(16, 1, 8, 32768, 264) == 32);  // 8 CTAs: 32 splits fill a wave
+    CHECK(splits(16, 1, 8, 256, 264) == 1);     // 4 key tiles: too few to split
+    CHECK(splits(16, 1, 8, 32768, 264, 5) == 5);  // the caller's count stands
+}
+
 TEST_CASE("backward workspace sizes that would wrap 64 bits are refused", "[plan][bwd]") {
     rtattn::AttentionConfig c;
     c.head_dim_qk = 256, c.arch = "sm_90";

@@ -21,38 +21,59 @@ int row_blocks(const plan::KernelPlan& p, const AttentionConfig& c, int seqlen_q
     return (rows + p.block_m - 1) / p.block_m;
 }
 
+// How the rows of a head dim of 4 mod 8 rotate (dec/mma.cuh; strides in elements, rows at least 8-byte aligned):
+// 1 where every row of a sequence starts alike modulo 16 bytes, 2 where they alternate key by key (a token stride of 4
+// mod 8 elements: an odd count of kv heads at d132), 0 where neither holds (pages that start unlike each other, or
+// one-key pages of a token stride of 4 mod 8): the rows then move as 8-byte vectors.
+// Alternating rows need a kernel built for them (kAlternate: the plan's kv heads make packed rows of 4 mod 8).
+int rotation(const TensorArg& t, int page_size, bool alternate) {
+    const bool paged = page_size > 0;
+    if (paged && t.batch_stride % 8 != 0) return 0;  // pages start alike only if the page stride keeps them so
+    if (t.seq_stride % 8 == 0 || page_size == 1) return 1;
+    return alternate ? 2 : 0;
+}
+
+// The kernel for rows that alternate: packed K/V rows of the config's kv heads are 8 bytes past a 16-byte multiple.
+bool alternates(const plan::KernelPlan& p) {
+    return !p.kv_rows_16b && (geometry::dec_rotates(p.head_dim_qk, p.vec_qk) || geometry::dec_rotates(p.head_dim_v, p.vec_v));
+}
+
 class DecMma final : public ForwardFamily {
 public:
     const char* name() const override { return "dec_mma"; }
     bool runs_on(const arch::Arch&) const override { return true; }
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32; }
     int smem_bytes(const plan::KernelPlan& p) const override {
-        return geometry::dec_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.warps);
+        return geometry::dec_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.warps,
+                                            alternates(p) && geometry::dec_rotates(p.head_dim_qk, p.vec_qk));
     }
     std::string describe(const plan::KernelPlan& p) const override {
-        return p.paged_kv ? "mma.sync decode, split-KV, paged KV cache" : "mma.sync decode, split-KV";
+        return fmt::format("mma.sync decode, split-KV{}{}", p.paged_kv ? ", paged KV cache" : "",
+                           alternates(p) ? ", rows by key parity" : "");
     }
     render::StubSpec stub(const plan::KernelPlan& p) const override {
         render::StubSpec s = forward_stub(p, "dec/mma.cuh", "DecShape", "const rtattn::DecParams params", "flash_decode");
         s.program = fmt::format("rtattn_dec_d{}x{}_{}{}{}_{}.cu", p.head_dim_qk, p.head_dim_v, p.bf16 ? "bf16" : "fp16",
                                 p.causal ? "_causal" : "", p.paged_kv ? "_paged" : "", p.arch);
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
+        s.traits.push_back(render::bool_trait("kAlternate", alternates(p)));
         // The third entry, after the main and merge ones.
         s.entries.push_back({kCombineEntry, "const rtattn::DecParams params",
                              "rtattn::flash_decode_combine<Traits>(params)", kCombineWarps * 32});
         return s;
     }
 
-    // Splits: enough CTAs to fill the device's slots in whole waves. For each count up to the cap, the last wave's
-    // fill; the fewest splits within 5% of the best fill win (each split adds a partial result and the combine's
-    // reads). A split keeps at least 4 key tiles, so the combine never outweighs the work.
+    // Splits: enough CTAs to fill the device's slots in whole waves. For each count up to the cap, the waves' fill
+    // (work over the slots the waves hold); the fewest splits within 5% of the best fill win (each split adds a
+    // partial result and the combine's reads). A split keeps at least 4 key tiles, so the combine never outweighs
+    // the work. Grids of a wave or more count too: 64 sequences x 5 kv heads are 1.2 waves of 2 x 132 slots (H200:
+    // 65% of the copy bandwidth at d128), 4 splits 4.8 waves (87%).
     int num_splits(const plan::KernelPlan& p, const AttentionConfig& c, const CallSizes& z) const override {
         if (z.num_splits > 0) return z.num_splits;
         const long long ctas = (long long)z.batch * c.num_heads_kv * row_blocks(p, c, z.seqlen_q);
         const int tiles = (z.seqlen_k + p.block_n - 1) / p.block_n;
         const int cap = std::max(1, std::min(geometry::kDecMaxSplits, tiles / 4));
         const int slots = std::max(1, z.resident_ctas);
-        if (ctas >= slots) return 1;
         auto fill = [&](int s) {
             const double waves = double(ctas * s) / slots;
             return waves / std::ceil(waves);
@@ -93,9 +114,8 @@ public:
         prm.row_blocks = row_blocks(l.plan, c, a.seqlen_q);
         prm.num_splits = num_splits(l.plan, c, z);
         prm.scale = f.scale, prm.scale_log2 = f.scale_log2;
-        // Every row of a KV head starts alike modulo 16 bytes when its strides are whole 16-byte steps.
-        prm.rotate_k = a.k.seq_stride % 8 == 0 && a.k.batch_stride % 8 == 0;
-        prm.rotate_v = a.v.seq_stride % 8 == 0 && a.v.batch_stride % 8 == 0;
+        prm.rotate_k = rotation(a.k, a.page_size, alternates(l.plan));
+        prm.rotate_v = rotation(a.v, a.page_size, alternates(l.plan));
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);

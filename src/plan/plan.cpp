@@ -55,6 +55,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     if (c.decode) {
         const arch::Arch& ai = fill_problem(p, c, 16);
         p.paged_kv = c.paged_kv;
+        p.kv_rows_16b = kv_rows_16b(c);
         choose_decode_tile(p, ai);
         if (!options.tile_override.empty()) p.reason += fmt::format(" ({} is for the prefill table: not applied)",
                                                                      options.tile_field);

@@ -43,7 +43,8 @@ struct KernelPlan {
     // the row. Where split rows fit too, forward_tiles.cpp's measured rule picks one.
     bool shift_rows = false;
     // The config's kv heads make packed K/V rows (heads_kv x d elements) a multiple of 16 bytes, as split rows' maps
-    // need: the only way head counts enter a plan (kv_rows_16b below).
+    // need, and decode's rows that do not alternate rotation (dec/mma.cuh): the only way head counts enter a plan
+    // (kv_rows_16b below).
     bool kv_rows_16b = true;
     // fwd_sm90_ws: V tiles in whole 64-column panels (the last one partly used), so PV is one wgmma of n = pad_v
     // per k-step instead of one per panel width (templates: sm90::WideLayout).

@@ -108,14 +108,15 @@ __device__ __forceinline__ void load_rows(u16* s, const u16* any, Row row, int v
     }
 }
 
-// Rows of a head dim that is 4 mod 8 (d100, d132), as 16-byte vectors: rows start 16-byte aligned (rot 0) or 8 bytes
-// past (rot 4, in elements), so each row is read as the 16-byte vectors from its first 16-byte boundary plus the 4
-// elements left over, and stored rotated: column c holds element (c + rot) mod kHeadDim. Same contract as load_rows
-// otherwise (row(r) only below valid_rows; the rest zero-filled from `any`). The left-over elements are one pass of
-// whole warps (threads below kRows), so no warp diverges on them.
+// Rows of a head dim that is 4 mod 8 (d100, d132), as 16-byte vectors: a row starts 16-byte aligned (rotation 0) or 8
+// bytes past (rotation 4, in elements), so it is read as the 16-byte vectors from its first 16-byte boundary plus the
+// 4 elements left over, and stored rotated: column c holds element (c + rot) mod kHeadDim. Row r's rotation is `rot`,
+// or rot ^ flip for odd r (rows that alternate). Same contract as load_rows otherwise (row(r) only below valid_rows;
+// the rest zero-filled from `any`). The left-over elements are one pass of whole warps (threads below kRows), so no
+// warp diverges on them.
 template <int kRows, int kHeadDim, int kThreads, class Row, class Offset>
-__device__ __forceinline__ void load_rows_rotated(u16* s, const u16* any, Row row, int valid_rows, int rot, int tid,
-                                                  Offset offset) {
+__device__ __forceinline__ void load_rows_rotated(u16* s, const u16* any, Row row, int valid_rows, int rot, int flip,
+                                                  int tid, Offset offset) {
     static_assert(kHeadDim % 8 == 4 && kHeadDim >= 12, "rows of 16-byte vectors and 4 elements");
     constexpr int kVectors = (kHeadDim - 4) / 8;
     constexpr int kCols = row_threads(kVectors) > 0 ? row_threads(kVectors) : 32;
@@ -128,12 +129,13 @@ __device__ __forceinline__ void load_rows_rotated(u16* s, const u16* any, Row ro
             const int r = r0 + j * kRowStep;
             if (kRows % kRowStep != 0 && r >= kRows) break;
             const bool valid = r < valid_rows;
-            ptx::cp_async<16>(ptx::smem_u32(s + offset(r, 8 * v)), valid ? row(r) + rot + 8 * v : any, valid);
+            const int rot_r = rot ^ (r & 1 ? flip : 0);  // one value per thread where kRowStep is even
+            ptx::cp_async<16>(ptx::smem_u32(s + offset(r, 8 * v)), valid ? row(r) + rot_r + 8 * v : any, valid);
         }
     }
-    const int left = rot == 0 ? kHeadDim - 4 : 0;  // the 4 elements the vectors leave, to columns kHeadDim - 4..
     for (int r = tid; r < kRows; r += kThreads) {
         const bool valid = r < valid_rows;
+        const int left = (rot ^ (r & 1 ? flip : 0)) == 0 ? kHeadDim - 4 : 0;  // the 4 elements the vectors leave
         ptx::cp_async<8>(ptx::smem_u32(s + offset(r, kHeadDim - 4)), valid ? row(r) + left : any, valid);
     }
 }

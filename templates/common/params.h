@@ -99,8 +99,8 @@ struct DecParams {
     int seqlen_q, seqlen_k, batch, heads_q, q_per_kv;
     int row_blocks;             // CTAs per KV head along the packed rows
     int num_splits;
-    // Head dims of 4 mod 8: 1 where every row of a KV head starts alike modulo 16 bytes (the seq and batch/page
-    // strides are multiples of 8 elements), so the rows move as 16-byte vectors (load_rows_rotated).
+    // Head dims of 4 mod 8, whose rows move as 16-byte vectors rotated in shared memory (load_rows_rotated): 1 where
+    // every row of a sequence starts alike modulo 16 bytes, 2 where rows alternate by key parity, 0: 8-byte vectors.
     int rotate_k, rotate_v;
     float scale_log2, scale;
 };

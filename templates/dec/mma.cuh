@@ -31,6 +31,7 @@ namespace rtattn {
 //   kBlockN     keys per K/V tile; each of the kWarps warps takes kBlockN / kWarps of them (a multiple of 16)
 //   kStages     K/V ring depth (>= 2)
 //   kPaged      K/V through a block table
+//   kAlternate  packed K/V rows of 4 mod 8 elements (an odd count of kv heads at d132): rows may alternate rotation
 //   kVecQK, kVecV
 template <class T>
 struct DecShape {
@@ -42,14 +43,18 @@ struct DecShape {
     static constexpr int kNB = kWarpKeys / 8;  // 8-key score blocks per warp and tile
     static constexpr int kNV = T::kPadV / 8;   // 8-column O blocks
     static constexpr int kStageElems = T::kBlockN * (kStrideQK + kStrideV);
+    static constexpr bool kRotK = geometry::dec_rotates(T::kHeadDimQK, T::kVecQK);
+    static constexpr bool kRotV = geometry::dec_rotates(T::kHeadDimV, T::kVecV);
+    static constexpr bool kTwoQ = kRotK && T::kAlternate;
     static constexpr int kSmemBytes =
-        geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWarps);
+        geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWarps, kTwoQ);
 
     static_assert(T::kBlockM == 16 * T::kMTiles, "rows are whole 16-row MMA tiles");
     static_assert(kWarpKeys % 16 == 0 && kWarpKeys * T::kWarps == T::kBlockN, "each warp takes 16-key steps");
     static_assert(T::kPadQK % 16 == 0 && T::kPadV % 16 == 0, "both pads are whole 16-column pairs");
     static_assert(T::kStages >= 2, "a ring of at least two tiles");
     static_assert(T::kBlockM <= kThreads, "a thread per row merges the warps' statistics");
+    static_assert(!T::kAlternate || T::kWarps % 2 == 0, "rows by key parity: half the warps take each parity");
 };
 
 template <class T>
@@ -61,7 +66,8 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     u16* sQ = reinterpret_cast<u16*>(smem_raw);
-    u16* sRing = sQ + T::kBlockM * S::kStrideQK;  // stage s: K at s * kStageElems, its V right after
+    u16* sQ1 = S::kTwoQ ? sQ + T::kBlockM * S::kStrideQK : sQ;  // Q in the odd keys' rotation (below)
+    u16* sRing = sQ + (S::kTwoQ ? 2 : 1) * T::kBlockM * S::kStrideQK;  // stage s: K at s * kStageElems, V after it
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, batch = blockIdx.z;
@@ -94,22 +100,48 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     };
 
     detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
+    if constexpr (S::kTwoQ) detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ1, tid, at_qk);
     for (int st = 0; st < T::kStages; ++st) {
         u16* sK = sRing + st * S::kStageElems;
         detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
         detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sK + T::kBlockN * S::kStrideQK, tid,
                                                                            at_v);
     }
-    constexpr bool kRotK = T::kHeadDimQK % 8 == 4 && T::kHeadDimQK >= 12 && T::kVecQK == 4;
-    constexpr bool kRotV = T::kHeadDimV % 8 == 4 && T::kHeadDimV >= 12 && T::kVecV == 4;
-    // Head dims of 4 mod 8 (d132): K and V rows as 16-byte vectors, rotated in shared memory (load_rows_rotated) by
-    // where this head's rows start; Q takes K's rotation (a common permutation of the columns leaves QK^T as it is)
-    // and O is rotated back on the way out. On 8-byte vectors d132 read 71% of the copy bandwidth, d160 91%.
-    const bool rotate_k = kRotK && p.rotate_k, rotate_v = kRotV && p.rotate_v;
-    const int rot_k = rotate_k && (reinterpret_cast<unsigned long long>(gK) & 8) ? 4 : 0;
-    const int rot_v = rotate_v && (reinterpret_cast<unsigned long long>(gV) & 8) ? 4 : 0;
-    auto at_q = [&](int r, int c) { return at_qk(r, c >= rot_k ? c - rot_k : c - rot_k + T::kHeadDimQK); };
-    detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, q_row, group_rows - row0, tid, at_q);
+    // Head dims of 4 mod 8 (d132): K and V rows move as 16-byte vectors, each stored rotated in shared memory by where
+    // it starts (load_rows_rotated: 0 or 4 columns); Q takes K's rotation (a common permutation of the columns leaves
+    // QK^T as it is) and each warp's O is rotated back as the warps merge. Rotation 1: every row of the sequence
+    // starts alike modulo 16 bytes. Rotation 2: the row stride is 8 bytes past a 16-byte multiple (an odd count of
+    // kv heads at d132, MQA), so rows alternate: a tile keeps its even keys in the first half of its slots and its
+    // odd keys in the second, half the warps take each half, and Q is kept in both rotations (kernels for such kv
+    // heads only: kAlternate). On 8-byte vectors d132 read 71% of the copy bandwidth, d160 91%; few kv heads
+    // (alternating rows) 52-63% on 8-byte vectors, 54-74% by parity (H200, B=64 x 4k and 8 x 32k).
+    constexpr bool kRotK = S::kRotK, kRotV = S::kRotV;
+    auto mode = [](bool rotates, int m) { return rotates && (m == 1 || (T::kAlternate && m == 2)) ? m : 0; };
+    const int rotate_k = mode(kRotK, p.rotate_k), rotate_v = mode(kRotV, p.rotate_v);
+    const bool by_parity = T::kAlternate && ((rotate_k | rotate_v) & 2);
+    constexpr int kHalf = T::kBlockN / 2;
+    const int parity = by_parity && warp >= T::kWarps / 2 ? 1 : 0;  // of the keys this warp takes
+    auto slot = [&](int r) { return by_parity ? (r & 1) * kHalf + (r >> 1) : r; };
+    auto at_k = [&](int r, int c) { return at_qk(slot(r), c); };
+    auto at_kv = [&](int r, int c) { return at_v(slot(r), c); };
+    // The rotation of this CTA's even keys (key 0: pages start alike modulo 16 bytes, or rotation is off), then of
+    // this warp's keys.
+    auto rotation = [&](int mode, const u16* g, long long batch_stride, int par) {
+        if (!mode) return 0;
+        const u16* key0 = T::kPaged ? g : g + batch * batch_stride;
+        return ((reinterpret_cast<unsigned long long>(key0) & 8) ? 4 : 0) ^ (mode == 2 && par ? 4 : 0);
+    };
+    const int rot_k0 = rotation(rotate_k, gK, p.k_batch_stride, 0), rot_k1 = rotation(rotate_k, gK, p.k_batch_stride, 1);
+    const int rot_v0 = rotation(rotate_v, gV, p.v_batch_stride, 0), rot_v = rotation(rotate_v, gV, p.v_batch_stride, parity);
+    auto at_q = [&](int rot) {
+        return [=](int r, int c) { return at_qk(r, c >= rot ? c - rot : c - rot + T::kHeadDimQK); };
+    };
+    detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, q_row, group_rows - row0, tid,
+                                                                       at_q(rot_k0));
+    if constexpr (S::kTwoQ)
+        if (by_parity)
+            detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ1, gQ, q_row, group_rows - row0, tid,
+                                                                               at_q(rot_k1));
     // Paged, where K and V rows fall to the same threads: the page of each row this thread copies, read from the
     // block table a tile ahead (pages[j]: row r0 + j * kRowStep), so a tile's copies never wait on the table and K
     // and V share one lookup. Reading it right before each copy ran paged-16 caches at 0.84-0.87 of dense (H200).
@@ -147,16 +179,18 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         u16* sV = sK + T::kBlockN * S::kStrideQK;
         if (rotate_k)
             detail::load_rows_rotated<T::kBlockN, kRotK ? T::kHeadDimQK : 12, kThreads>(
-                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, rot_k, tid, at_qk);
+                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, rot_k0,
+                T::kAlternate ? rot_k0 ^ rot_k1 : 0, tid, at_k);
         else
             detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
-                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_qk);
+                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_k);
         if (rotate_v)
             detail::load_rows_rotated<T::kBlockN, kRotV ? T::kHeadDimV : 12, kThreads>(
-                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, rot_v, tid, at_v);
+                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, rot_v0,
+                T::kAlternate && rotate_v == 2 ? 4 : 0, tid, at_kv);
         else
             detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
-                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_v);
+                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_kv);
     };
     // Prologue: Q rides with the first tile's group; kStages - 1 tiles in flight.
     int t_load = t_begin;
@@ -185,7 +219,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt) row_max[mt][0] = row_max[mt][1] = detail::neg_inf(), row_sum[mt][0] = row_sum[mt][1] = 0.f;
 
-    const u32 aQ = ptx::smem_u32(sQ);
+    const u32 aQ = ptx::smem_u32(parity ? sQ1 : sQ);
     const u32 v_lane = warp::lane_offset<false>(S::kStrideV, lane);
     const int warp_key0 = warp * S::kWarpKeys;
     for (int t = t_begin; t < t_end; ++t) {
@@ -202,10 +236,13 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         float s[T::kMTiles][S::kNB][4];
         warp::gemm<T::kBF16, T::kMTiles, S::kNB / 2, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
             s, aQ, S::kStrideQK, 0, aK, S::kStrideQK, warp_key0 / 16, 1, lane);
+        // By parity, slot j of this warp's half holds key 2 j + parity: keys below L are slots below (L - parity + 1) / 2.
         if (n0 + T::kBlockN > len || (T::kCausal && n0 + T::kBlockN > len - seqlen_q + 1))
-            detail::mask_columns(s, n0 + warp_key0 + 2 * (lane & 3), [&](int mt, int h) {
-                return T::kCausal ? len + visible_shift[mt][h] : len;
-            });
+            detail::mask_columns(s, (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3),
+                                 [&](int mt, int h) {
+                                     const int limit = T::kCausal ? len + visible_shift[mt][h] : len;
+                                     return by_parity ? (limit - parity + 1) >> 1 : limit;
+                                 });
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
         // O += P V for this warp's keys: P never leaves registers.
@@ -243,9 +280,12 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
             const float sum = detail::quad_sum(row_sum[mt][h]);
             if ((lane & 3) == 0) sMax[r] = row_max[mt][h], sSum[r] = sum;
 #pragma unroll
-            for (int nb = 0; nb < S::kNV; ++nb)
-                *reinterpret_cast<float2*>(sO + r * S::kStrideO + nb * 8 + 2 * (lane & 3)) =
+            for (int nb = 0; nb < S::kNV; ++nb) {
+                const int c = nb * 8 + 2 * (lane & 3);  // V's rotated column; its element, for the pad as it is
+                const int e = c >= T::kHeadDimV ? c : c + rot_v < T::kHeadDimV ? c + rot_v : c + rot_v - T::kHeadDimV;
+                *reinterpret_cast<float2*>(sO + r * S::kStrideO + e) =
                     make_float2(acc_o[mt][nb][2 * h], acc_o[mt][nb][2 * h + 1]);
+            }
         }
     __syncthreads();
 
@@ -293,14 +333,13 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
             o0 += f * x.x, o1 += f * x.y;
         }
         const int packed = row0 + r, h = packed / seqlen_q;
-        const int e = c + rot_v < T::kHeadDimV ? c + rot_v : c + rot_v - T::kHeadDimV;  // the column's V element
         if (p.num_splits > 1) {
-            *reinterpret_cast<float2*>(p.part_o + ((long long)split * rows_total + out_row(packed)) * T::kPadV + e) =
+            *reinterpret_cast<float2*>(p.part_o + ((long long)split * rows_total + out_row(packed)) * T::kPadV + c) =
                 make_float2(o0, o1);
         } else {
             u16* o = static_cast<u16*>(p.o) + batch * p.o_batch_stride + (packed - h * seqlen_q) * p.o_seq_stride +
                      (kv_head * p.q_per_kv + h) * p.o_head_stride;
-            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(o, e, o0, o1);
+            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(o, c, o0, o1);
         }
     }
 }
