@@ -482,6 +482,26 @@ TEST_CASE("decode splits fill whole waves of the device's slots, a grid of more 
     CHECK(splits(16, 1, 8, 32768, 264, 5) == 5);  // the caller's count stands
 }
 
+TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+        CAPTURE(arch);
+        for (int d = 12; d <= 252; d += 8) {
+            CAPTURE(d);
+            const bool measured_faster = d >= 148 || d == 36 || d == 68 || d == 132;
+            CHECK(plan(cfg(d, arch)).rotate_rows == measured_faster);
+            CHECK(plan(cfg(d, arch), "", "rotate").rotate_rows);  // RTATTN_ROWS=rotate: wherever it applies
+            CHECK_FALSE(plan(cfg(d, arch), "", "plain").rotate_rows);
+        }
+        for (int d : {64, 128, 130, 131, 256}) CHECK_FALSE(plan(cfg(d, arch)).rotate_rows);  // 16-byte rows, or none
+        CHECK(plan(cfg(100, arch, 132)).rotate_rows);  // either tensor's rule
+        AttentionConfig paged = cfg(132, arch);
+        paged.paged_kv = true;  // per-row page lookups beside the rotation spilled
+        CHECK_FALSE(plan(paged).rotate_rows);
+        CHECK_FALSE(plan(paged, "", "rotate").rotate_rows);
+    }
+    CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
+}
+
 TEST_CASE("backward workspace sizes that would wrap 64 bits are refused", "[plan][bwd]") {
     rtattn::AttentionConfig c;
     c.head_dim_qk = 256, c.arch = "sm_90";

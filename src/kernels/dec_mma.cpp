@@ -21,21 +21,9 @@ int row_blocks(const plan::KernelPlan& p, const AttentionConfig& c, int seqlen_q
     return (rows + p.block_m - 1) / p.block_m;
 }
 
-// How the rows of a head dim of 4 mod 8 rotate (dec/mma.cuh; strides in elements, rows at least 8-byte aligned):
-// 1 where every row of a sequence starts alike modulo 16 bytes, 2 where they alternate key by key (a token stride of 4
-// mod 8 elements: an odd count of kv heads at d132), 0 where neither holds (pages that start unlike each other, or
-// one-key pages of a token stride of 4 mod 8): the rows then move as 8-byte vectors.
-// Alternating rows need a kernel built for them (kAlternate: the plan's kv heads make packed rows of 4 mod 8).
-int rotation(const TensorArg& t, int page_size, bool alternate) {
-    const bool paged = page_size > 0;
-    if (paged && t.batch_stride % 8 != 0) return 0;  // pages start alike only if the page stride keeps them so
-    if (t.seq_stride % 8 == 0 || page_size == 1) return 1;
-    return alternate ? 2 : 0;
-}
-
 // The kernel for rows that alternate: packed K/V rows of the config's kv heads are 8 bytes past a 16-byte multiple.
 bool alternates(const plan::KernelPlan& p) {
-    return !p.kv_rows_16b && (geometry::dec_rotates(p.head_dim_qk, p.vec_qk) || geometry::dec_rotates(p.head_dim_v, p.vec_v));
+    return !p.kv_rows_16b && (geometry::rotated_rows(p.head_dim_qk, p.vec_qk) || geometry::rotated_rows(p.head_dim_v, p.vec_v));
 }
 
 class DecMma final : public ForwardFamily {
@@ -45,7 +33,7 @@ public:
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32; }
     int smem_bytes(const plan::KernelPlan& p) const override {
         return geometry::dec_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.warps,
-                                            alternates(p) && geometry::dec_rotates(p.head_dim_qk, p.vec_qk));
+                                            alternates(p) && geometry::rotated_rows(p.head_dim_qk, p.vec_qk));
     }
     std::string describe(const plan::KernelPlan& p) const override {
         return fmt::format("mma.sync decode, split-KV{}{}", p.paged_kv ? ", paged KV cache" : "",
@@ -114,8 +102,8 @@ public:
         prm.row_blocks = row_blocks(l.plan, c, a.seqlen_q);
         prm.num_splits = num_splits(l.plan, c, z);
         prm.scale = f.scale, prm.scale_log2 = f.scale_log2;
-        prm.rotate_k = rotation(a.k, a.page_size, alternates(l.plan));
-        prm.rotate_v = rotation(a.v, a.page_size, alternates(l.plan));
+        prm.rotate_k = row_rotation(a.k, a.page_size, alternates(l.plan));
+        prm.rotate_v = row_rotation(a.v, a.page_size, alternates(l.plan));
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);

@@ -49,6 +49,13 @@ int page_shift(int page_size) {
     return shift;
 }
 
+int row_rotation(const TensorArg& t, int page_size, bool alternate) {
+    const bool paged = page_size > 0;
+    if (paged && t.batch_stride % 8 != 0) return 0;  // pages start alike only if the page stride keeps them so
+    if (t.seq_stride % 8 == 0 || page_size == 1) return 1;
+    return alternate ? 2 : 0;
+}
+
 FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
     FwdParams prm{};
     prm.q = a.q.ptr;
@@ -71,6 +78,8 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
     prm.seqlens_k = a.seqlens_k, prm.block_table = a.block_table, prm.block_table_stride = a.block_table_stride;
     prm.page_shift = page_shift(a.page_size);
     prm.num_pages = a.num_pages;
+    prm.rotate_k = row_rotation(a.k, a.page_size, false);
+    prm.rotate_v = row_rotation(a.v, a.page_size, false);
     return prm;
 }
 

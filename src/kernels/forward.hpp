@@ -69,6 +69,12 @@ render::StubSpec forward_stub(const plan::KernelPlan& p, const char* header, con
                               const char* kernel_fn);
 // log2 of a page size (a power of two, validated); 0 for none.
 int page_shift(int page_size);
+// How rows of a head dim of 4 mod 8 rotate (common/load.cuh load_rows_rotated; strides in elements, rows at least
+// 8-byte aligned): 1 where every row of a sequence and head starts alike modulo 16 bytes, 2 where rows alternate key
+// by key (a token stride of 4 mod 8 elements: an odd count of kv heads at d132) and the kernel is built for that
+// (`alternate`: decode), 0 otherwise (pages that start unlike each other, or alternating rows elsewhere): the rows
+// then move as 8-byte vectors.
+int row_rotation(const TensorArg& t, int page_size, bool alternate);
 // The parameter block every forward kernel starts with.
 FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a);
 // The merge entry over params.batch x heads x seqlen rows.

@@ -28,6 +28,7 @@ public:
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back({"bool", "kQInRegs", p.q_in_regs ? "true" : "false"});
         s.traits.push_back({"bool", "kKVApart", p.kv_apart ? "true" : "false"});
+        s.traits.push_back(render::bool_trait("kRotateRows", p.rotate_rows));
         return s;
     }
     void launch(const ForwardLaunch& l) const override {

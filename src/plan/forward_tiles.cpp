@@ -142,6 +142,24 @@ bool shift_addressable(const KernelPlan& p) {
 // (d132 0.89/0.79 of the pad16 ideal vs 0.95/0.95, d196; d84, 92, 148, 156 in two classes) and even on the H200, and
 // the other 8 mod 16 dims (104, 168, 232) and d212 ran as fast or faster shifted (H200). Each dim against pad16(d)
 // interleaved, bf16, S = 16k (docs/PERFORMANCE.md, fourteenth session).
+// The mma.sync forward at head dims 4 mod 8 (rows: PlanOptions::rows): rotated 16-byte rows, or 8-byte vectors.
+// Rotated rows measured faster (H200, pinned to sm_90, S=16k, H=16, each against pad16 in two rounds of each mode):
+// at every 4 mod 8 dim from 148 up (1.00-1.09x non-causal, 0.99-1.06x causal; d252 0.85 -> 0.93 of the pad16
+// ideal) and where a row is a power of two of 16-byte vectors, 4 or more, so every thread of a row copies (d36
+// 1.07x, d68 1.02x, d132 1.05x: 0.88 -> 0.93). Elsewhere 8-byte vectors: d12-28 0.85-0.97x, d44-60 0.91-0.95x,
+// d76 0.80x (9 vectors on 32 threads), d84-124 0.96-1.00x, d140 0.92x. Not for a paged cache (fwd/mma.cuh).
+bool rotation_pays(int d, int vec) {
+    const int vectors = (d - 4) / 8;
+    return geometry::rotated_rows(d, vec) && (d >= 148 || (vectors >= 4 && (vectors & (vectors - 1)) == 0));
+}
+void choose_mma_rows(KernelPlan& p, const std::string& rows) {
+    const bool applies = !p.paged_kv && (geometry::rotated_rows(p.head_dim_qk, p.vec_qk) ||
+                                          geometry::rotated_rows(p.head_dim_v, p.vec_v));
+    const bool pays = rotation_pays(p.head_dim_qk, p.vec_qk) || rotation_pays(p.head_dim_v, p.vec_v);
+    p.rotate_rows = applies && (rows == "rotate" || (rows != "plain" && pays));
+    if (p.rotate_rows) p.reason += "; rows as rotated 16-byte vectors";
+}
+
 void choose_rows(KernelPlan& p, const std::string& rows) {
     // Split rows with V padded to 16 where 8 would end in an 8-wide panel that leaves V's TMA part off the 32-column
     // grid (d84: 64 + 16 + 8): they then split like K (64 + 32), for a few percent more PV work.
@@ -208,12 +226,14 @@ void apply_row(KernelPlan& p, const TileRow& row) {
 
 void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, const std::string& rows,
                          const std::string& rows_field) {
-    if (!rows.empty() && rows != "split" && rows != "shift")
-        throw ConfigError(rows_field, fmt::format("{} is not split or shift (or empty: the table's choice)",
+    if (!rows.empty() && rows != "split" && rows != "shift" && rows != "rotate" && rows != "plain")
+        throw ConfigError(rows_field, fmt::format("{} is not split, shift, rotate or plain (or empty: the table's "
+                                                  "choice)",
                                                   util::quoted(rows)));
     const TileRow& row = find_row(p, a, mma_only);
     apply_row(p, row);
-    p.shift_rows = false;
+    p.shift_rows = p.rotate_rows = false;
+    if (p.family == &fwd_mma()) choose_mma_rows(p, rows);
     if (p.family == &fwd_sm90_ws()) {
         choose_rows(p, rows);
         if (p.shift_rows && std::max(p.pad_qk, p.pad_v) > row.max_pad) {  // 16 more columns: the wider pads' row
@@ -230,7 +250,7 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
         }
     }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {
-        choose_forward_tile(p, a, true);
+        choose_forward_tile(p, a, true, rows, rows_field);
         p.reason += "; sm_90a without TMA (odd head dim, or d<=64 of 4 mod 8): the mma.sync kernel beat the "
                     "cooperative wgmma one on cp.async (H100, bf16, S=16k, TFLOPS non-causal/causal: d44 218/205 vs "
                     "167/159, d60 270/251 vs 216/206, d33 71/58 vs 51/42, d99 78/60 vs 56/55, d131 59/62 vs 54/56, "

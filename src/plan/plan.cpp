@@ -140,6 +140,7 @@ std::string plan_json(const KernelPlan& p) {
     j["ping_pong"] = p.ping_pong;
     j["split_rows"] = p.split_rows;
     j["shift_rows"] = p.shift_rows;
+    j["rotate_rows"] = p.rotate_rows;
     j["wide_v"] = p.wide_v;
     j["persistent"] = p.persistent;
     j["o_apart"] = p.o_apart;

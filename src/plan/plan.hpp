@@ -42,6 +42,10 @@ struct KernelPlan {
     // (both to 16, or 16 columns more where that leaves no room), and the producer threads zero K's columns outside
     // the row. Where split rows fit too, forward_tiles.cpp's measured rule picks one.
     bool shift_rows = false;
+    // fwd_mma, head dims 4 mod 8 (geometry::rotated_rows): K and V rows move as 16-byte vectors rotated in shared
+    // memory (Q with K's rotation, O stored rotated back) instead of 8-byte vectors, where that measured faster
+    // (forward_tiles.cpp); calls whose strides leave rows unlike modulo 16 bytes take the 8-byte path anyway.
+    bool rotate_rows = false;
     // The config's kv heads make packed K/V rows (heads_kv x d elements) a multiple of 16 bytes, as split rows' maps
     // need, and decode's rows that do not alternate rotation (dec/mma.cuh): the only way head counts enter a plan
     // (kv_rows_16b below).
@@ -72,9 +76,10 @@ struct PlanOptions {
     // The same for the backward table: "block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages[,bulk_dq]"
     // (RTATTN_BWD_TILE).
     std::string backward_tile_override;
-    // How the warp-specialized Hopper forward loads rows off the 16 grid: "" the table's choice (split rows where they
-    // measured faster, else shifted rows where they fit), "split" (split rows where they fit, nothing shifted: the
-    // planner before shifted rows), "shift" (shifted rows wherever they fit). A timing knob (RTATTN_ROWS).
+    // How rows off the 16 grid load: "" the table's choice; for the warp-specialized Hopper forward "split" (split
+    // rows where they fit, nothing shifted: the planner before shifted rows) or "shift" (shifted rows wherever they
+    // fit); for the mma.sync forward at 4 mod 8 "rotate" (rotated 16-byte rows wherever they apply) or "plain"
+    // (8-byte vectors). A timing knob (RTATTN_ROWS); the other family's values leave a family at its table's choice.
     std::string rows;
     std::string rows_field = "rows";
 };

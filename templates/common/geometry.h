@@ -154,10 +154,10 @@ RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int b
 // loop the same bytes hold each warp's fp32 O rows (pad_v + 8 floats apart, as the backward's dQ rows: conflict-free
 // float2 stores) and its row maxima and sums, which the CTA combines.
 RTATTN_GEOMETRY int dec_o_stride(int pad_v) { return pad_v + 8; }
-// Rows of a head dim of 4 mod 8 on 8-byte vectors move as 16-byte vectors rotated in shared memory (dec/mma.cuh).
-// A kernel for packed rows that alternate rotation key by key (heads_kv x d of 4 mod 8) keeps two query tiles, one
-// per rotation, where K's rows rotate (two_q).
-RTATTN_GEOMETRY bool dec_rotates(int head_dim, int vec) { return head_dim % 8 == 4 && head_dim >= 12 && vec == 4; }
+// Rows of a head dim of 4 mod 8 on 8-byte vectors move as 16-byte vectors rotated in shared memory (common/load.cuh
+// load_rows_rotated: the mma.sync forward and decode). A decode kernel for packed rows that alternate rotation key by
+// key (heads_kv x d of 4 mod 8) keeps two query tiles, one per rotation, where K's rows rotate (two_q).
+RTATTN_GEOMETRY bool rotated_rows(int head_dim, int vec) { return head_dim % 8 == 4 && head_dim >= 12 && vec == 4; }
 RTATTN_GEOMETRY int dec_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, int warps,
                                        bool two_q) {
     const int q = (two_q ? 2 : 1) * block_m * padded_row(pad_qk);

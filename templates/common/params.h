@@ -34,6 +34,9 @@ struct FwdParams {
     long long block_table_stride;
     int page_shift;
     int num_pages;
+    // Head dims of 4 mod 8 on the mma.sync family: 1 where every K (V) row of a sequence and head starts alike modulo
+    // 16 bytes, so the rows move as 16-byte vectors rotated in shared memory (load_rows_rotated); else 0.
+    int rotate_k, rotate_v;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the

@@ -43,8 +43,8 @@ struct DecShape {
     static constexpr int kNB = kWarpKeys / 8;  // 8-key score blocks per warp and tile
     static constexpr int kNV = T::kPadV / 8;   // 8-column O blocks
     static constexpr int kStageElems = T::kBlockN * (kStrideQK + kStrideV);
-    static constexpr bool kRotK = geometry::dec_rotates(T::kHeadDimQK, T::kVecQK);
-    static constexpr bool kRotV = geometry::dec_rotates(T::kHeadDimV, T::kVecV);
+    static constexpr bool kRotK = geometry::rotated_rows(T::kHeadDimQK, T::kVecQK);
+    static constexpr bool kRotV = geometry::rotated_rows(T::kHeadDimV, T::kVecV);
     static constexpr bool kTwoQ = kRotK && T::kAlternate;
     static constexpr int kSmemBytes =
         geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWarps, kTwoQ);

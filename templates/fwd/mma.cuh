@@ -26,6 +26,7 @@ namespace rtattn {
 //   kBF16, kCausal, kVarlen (packed sequences: common/seq.cuh), kPaged (K/V in a paged cache)
 //   kBlockM, kBlockN, kWarps, kMTiles, kStages, kQInRegs, kKVApart
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
+//   kRotateRows             head dims 4 mod 8: K and V rows as rotated 16-byte vectors where the call's strides allow
 template <class T>
 struct FwdShape {
     static constexpr int kThreads = T::kWarps * 32;
@@ -78,10 +79,28 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
     detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
 
+    // Head dims of 4 mod 8 (d132) whose rows of this sequence and head all start alike modulo 16 bytes
+    // (p.rotate_*): K and V rows move as 16-byte vectors, stored rotated by 0 or 4 columns (load_rows_rotated); Q
+    // takes K's rotation (a common permutation of the columns leaves QK^T as it is) and O is stored rotated back.
+    // Not for a paged cache: its per-row page lookups beside the rotation spilled (d140 causal on sm_90, 68 bytes).
+    constexpr bool kRotK = T::kRotateRows && !T::kPaged && geometry::rotated_rows(T::kHeadDimQK, T::kVecQK);
+    constexpr bool kRotV = T::kRotateRows && !T::kPaged && geometry::rotated_rows(T::kHeadDimV, T::kVecV);
+    auto rot_of = [](bool on, const u16* g) { return on && (reinterpret_cast<unsigned long long>(g) & 8) ? 4 : 0; };
+    const bool rotate_k = kRotK && p.rotate_k == 1, rotate_v = kRotV && p.rotate_v == 1;
+    const int rot_k = rot_of(rotate_k, gK), rot_v = rot_of(rotate_v, gV);
+
     // A paged cache (chunked prefill) finds each K/V row through the block table; else rows are strided.
     const int* table = T::kPaged ? p.block_table + blockIdx.z * p.block_table_stride : nullptr;
     auto load_k = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
+        if constexpr (kRotK) {
+            if (rotate_k) {
+                detail::load_rows_rotated<T::kBlockN, T::kHeadDimQK, kThreads>(
+                    sK + slot * S::kKElems, gK, [&](int r) { return gK + (long long)(k0 + r) * p.k_seq_stride; },
+                    seqlen_k - k0, rot_k, 0, tid, at_qk);
+                return;
+            }
+        }
         if constexpr (T::kPaged) {
             detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
                 sK + slot * S::kKElems, gK,
@@ -94,6 +113,14 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     };
     auto load_v = [&](int block, int slot) {
         const int k0 = block * T::kBlockN;
+        if constexpr (kRotV) {
+            if (rotate_v) {
+                detail::load_rows_rotated<T::kBlockN, T::kHeadDimV, kThreads>(
+                    sV + slot * S::kVElems, gV, [&](int r) { return gV + (long long)(k0 + r) * p.v_seq_stride; },
+                    seqlen_k - k0, rot_v, 0, tid, at_v);
+                return;
+            }
+        }
         if constexpr (T::kPaged) {
             detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
                 sV + slot * S::kVElems, gV,
@@ -111,8 +138,13 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     // two loads' address registers are never live at once (FA2's d128 shape, 128x64 on 4 warps, spilled 20 bytes
     // otherwise), at the cost of a second barrier per block.
     constexpr int kPending = (T::kKVApart ? 2 : 1) * (T::kStages - 1);  // groups issued after block j's K
-    detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid,
-                                                                      at_qk);
+    if constexpr (kRotK)
+        detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(
+            sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid,
+            [=](int r, int c) { return at_qk(r, c >= rot_k ? c - rot_k : c - rot_k + T::kHeadDimQK); });
+    else
+        detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid,
+                                                                          at_qk);
     ptx::cp_async_commit();
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
@@ -247,7 +279,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ,
                                                                          warp_row0, q0, lane);
     __syncthreads();
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid, rot_v);
 }
 
 }  // namespace rtattn
