@@ -1,10 +1,51 @@
-// What every backward family shares: the stub's frame and its row kernels' entries, the parameter block with the
-// workspace's parts, and the row kernels' launches.
+// What every backward family shares: the checks of a call, the stub's frame and its row kernels' entries, the
+// parameter block with the workspace's parts, and the row kernels' launches.
 #include "kernels/backward.hpp"
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
+#include "kernels/args.hpp"
+#include "core/errors.hpp"
+
 namespace rtattn::kernels {
+
+void BackwardFamily::check_call(const plan::BackwardPlan&, const AttentionConfig&, const CallSizes& z) const {
+    check_sizes(z.batch, z.seqlen_q, z.seqlen_k);
+}
+
+std::size_t BackwardFamily::workspace_bytes(const plan::BackwardPlan& p, const AttentionConfig& c,
+                                            const CallSizes& z) const {
+    return p.workspace(z.batch, c.num_heads_q, z.seqlen_q).bytes;
+}
+
+void BackwardFamily::validate_args(const plan::BackwardPlan& p, const AttentionConfig& c, const BackwardArgs& a,
+                                   const CallSizes& z) const {
+    check_call(p, c, z);
+    const int hq = c.num_heads_q, hkv = c.num_heads_kv;
+    const Rows r = check_packing(c.varlen, false, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
+                                 a.seqlen_q, a.seqlen_k,
+                                 {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}, {"dout", &a.dout},
+                                  {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}});
+    check_tensor("q", a.q, p.vec_qk, false, r.batch, r.q, hq, p.head_dim_qk);
+    check_tensor("k", a.k, p.vec_qk, false, r.batch, r.k, hkv, p.head_dim_qk);
+    check_tensor("v", a.v, p.vec_v, false, r.batch, r.k, hkv, p.head_dim_v);
+    check_tensor("o", a.o, p.vec_v, false, r.batch, r.q, hq, p.head_dim_v);
+    check_tensor("dout", a.dout, p.vec_v, false, r.batch, r.q, hq, p.head_dim_v);
+    check_tensor("dq", a.dq, p.vec_qk, true, r.batch, r.q, hq, p.head_dim_qk);
+    check_tensor("dk", a.dk, p.vec_qk, true, r.batch, r.k, hkv, p.head_dim_qk);
+    check_tensor("dv", a.dv, p.vec_v, true, r.batch, r.k, hkv, p.head_dim_v);
+    if (!a.lse)
+        throw ArgumentError("lse", c.varlen ? "is null; the forward's LSE ([heads_q, total_q] float32) is required"
+                                            : "is null; the forward's LSE ([batch, heads_q, seqlen_q] float32) is "
+                                              "required");
+    if (reinterpret_cast<std::uintptr_t>(a.lse) % 4 != 0) throw ArgumentError("lse", "must be 4-byte aligned (float32)");
+    if (reinterpret_cast<std::uintptr_t>(a.dlse) % 4 != 0)
+        throw ArgumentError("dlse", "must be 4-byte aligned (float32)");
+    check_workspace(a.workspace, a.workspace_bytes, workspace_bytes(p, c, z),
+                    fmt::format("batch {}, seqlen_q {}", a.batch, a.seqlen_q).c_str());
+}
 
 namespace {
 

@@ -38,7 +38,16 @@ struct BackwardLaunch {
     void* stream;
 };
 
-class BackwardFamily : public Family<plan::BackwardPlan, BackwardLaunch> {};
+// What every backward family shares is the default (backward.cpp): the call's sizes, the plan's workspace, the
+// arguments of a dense or packed batch.
+class BackwardFamily : public Family<plan::BackwardPlan, BackwardArgs, BackwardLaunch> {
+public:
+    void check_call(const plan::BackwardPlan& p, const AttentionConfig& c, const CallSizes& z) const override;
+    std::size_t workspace_bytes(const plan::BackwardPlan& p, const AttentionConfig& c,
+                                const CallSizes& z) const override;
+    void validate_args(const plan::BackwardPlan& p, const AttentionConfig& c, const BackwardArgs& a,
+                       const CallSizes& z) const override;
+};
 
 const BackwardFamily& bwd_mma();  // mma.sync m16n8k16, every arch (bwd/mma.cuh)
 

@@ -7,7 +7,9 @@
 #include <cmath>
 
 #include "common/geometry.h"
+#include "kernels/args.hpp"
 #include "kernels/forward.hpp"
+#include "core/errors.hpp"
 
 namespace rtattn::kernels {
 
@@ -71,6 +73,29 @@ public:
         for (int s = 1; s <= cap; ++s)
             if (fill(s) >= 0.95 * best) return s;
         return 1;
+    }
+    // Decode calls: 1..16 query tokens, and the split count the caller may fix.
+    void check_call(const plan::KernelPlan&, const AttentionConfig&, const CallSizes& z) const override {
+        check_sizes(z.batch, z.seqlen_q, z.seqlen_k);
+        if (z.seqlen_q > kDecodeMaxSeqlenQ)
+            throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} "
+                                                        "query tokens per sequence (use a prefill config for more)",
+                                                        z.seqlen_q, kDecodeMaxSeqlenQ));
+        if (z.num_splits < 0 || z.num_splits > geometry::kDecMaxSplits)
+            throw ArgumentError("num_splits", fmt::format("{} is out of range; allowed 0 (the library chooses) or "
+                                                          "1..{}",
+                                                          z.num_splits, geometry::kDecMaxSplits));
+    }
+    // The queries, the cache (dense or paged), then the workspace the call's splits need.
+    void validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                       const CallSizes& z) const override {
+        check_call(p, c, z);
+        check_forward_queries(p, c, a);
+        check_cache(p, c, a);
+        check_workspace(a.workspace, a.workspace_bytes, workspace_bytes(p, c, z),
+                        fmt::format("batch {}, seqlen_q {}, seqlen_k {}, {} splits", a.batch, a.seqlen_q, a.seqlen_k,
+                                    num_splits(p, c, z))
+                            .c_str());
     }
     std::size_t workspace_bytes(const plan::KernelPlan& p, const AttentionConfig& c,
                                 const CallSizes& z) const override {

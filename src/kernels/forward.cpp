@@ -1,9 +1,21 @@
 // What every forward family shares: the common traits, the stub's frame, the parameter block and the grid.
 #include <fmt/format.h>
 
+#include "kernels/args.hpp"
 #include "kernels/forward.hpp"
 
 namespace rtattn::kernels {
+
+void ForwardFamily::check_call(const plan::KernelPlan&, const AttentionConfig&, const CallSizes& z) const {
+    check_sizes(z.batch, z.seqlen_q, z.seqlen_k);
+    check_no_splits(z.num_splits);
+}
+
+void ForwardFamily::validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                                  const CallSizes& z) const {
+    check_call(p, c, z);
+    check_prefill_kv(p, c, a, check_forward_queries(p, c, a));
+}
 
 const ForwardFamily* forward_family(const std::string& name) {
     for (const ForwardFamily* f : {&fwd_mma(), &fwd_sm90(), &fwd_sm90_ws(), &dec_mma()})

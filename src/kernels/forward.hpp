@@ -18,13 +18,6 @@
 
 namespace rtattn::kernels {
 
-// The sizes of a call that fix its grid and workspace, and the device's room for the kernel's CTAs.
-struct CallSizes {
-    int batch = 0, seqlen_q = 0, seqlen_k = 0;
-    int num_splits = 0;     // the caller's (0: the family chooses)
-    int resident_ctas = 0;  // CTAs of this kernel the device holds at once (SMs x CTAs per SM)
-};
-
 // One forward call, its arguments already validated.
 struct ForwardLaunch {
     const plan::KernelPlan& plan;
@@ -35,13 +28,18 @@ struct ForwardLaunch {
     int resident_ctas;
 };
 
-class ForwardFamily : public Family<plan::KernelPlan, ForwardLaunch> {
+// What the prefill families share is the default (forward.cpp): sizes without splits, no workspace, a dense batch's
+// arguments. The split-KV family and the paged prefill say otherwise.
+class ForwardFamily : public Family<plan::KernelPlan, ForwardArgs, ForwardLaunch> {
 public:
-    // Split-KV families: the key splits a call runs and the device workspace it needs (the others: 1 and none).
+    // Split-KV families: the key splits a call runs (the others: 1).
     virtual int num_splits(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const { return 1; }
-    virtual std::size_t workspace_bytes(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const {
+    void check_call(const plan::KernelPlan& p, const AttentionConfig& c, const CallSizes& z) const override;
+    std::size_t workspace_bytes(const plan::KernelPlan&, const AttentionConfig&, const CallSizes&) const override {
         return 0;
     }
+    void validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                       const CallSizes& z) const override;
 };
 
 // The kernel source of a plan: its family's stub, rendered.

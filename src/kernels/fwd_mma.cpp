@@ -1,6 +1,7 @@
 // The mma.sync forward family (templates/fwd/mma.cuh): FlashAttention-2's algorithm on mma.m16n8k16, ldmatrix and a
 // cp.async ring. Runs on every arch the library knows.
 #include "common/geometry.h"
+#include "kernels/args.hpp"
 #include "kernels/forward.hpp"
 
 namespace rtattn::kernels {
@@ -30,6 +31,14 @@ public:
         s.traits.push_back({"bool", "kKVApart", p.kv_apart ? "true" : "false"});
         s.traits.push_back(render::bool_trait("kRotateRows", p.rotate_rows));
         return s;
+    }
+    // A prefill against a paged cache (chunked prefill) reads K/V through the block table.
+    void validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                       const CallSizes& z) const override {
+        if (!p.paged_kv) return ForwardFamily::validate_args(p, c, a, z);
+        check_call(p, c, z);
+        check_forward_queries(p, c, a);
+        check_cache(p, c, a);
     }
     void launch(const ForwardLaunch& l) const override {
         FwdParams prm = forward_params(l.config, l.args);

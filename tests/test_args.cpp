@@ -1,0 +1,188 @@
+// The families' argument checks, without a GPU: a call's sizes and arguments against a plan, each bad input refused
+// with the field named (the checks never read device memory, so pointers here are addresses only). The GPU suites
+// run the same checks through Kernel::forward and BackwardKernel::backward.
+#include <cstdint>
+#include <string>
+
+#include "catch.hpp"
+#include "kernels/args.hpp"
+#include "kernels/backward.hpp"
+#include "kernels/forward.hpp"
+#include "plan/backward.hpp"
+#include "plan/plan.hpp"
+#include "core/errors.hpp"
+
+using rtattn::AttentionConfig;
+using rtattn::ForwardArgs;
+using rtattn::TensorArg;
+using rtattn::kernels::CallSizes;
+
+namespace {
+
+const void* at(std::uintptr_t address) { return reinterpret_cast<const void*>(address); }
+constexpr std::uintptr_t kBase = std::uintptr_t(1) << 40;  // 256-byte aligned, never dereferenced
+
+// A config and a well-formed dense call for it: B=2, S=64, 4 query heads on 2 kv heads, packed [B, S, H, d].
+struct Call {
+    AttentionConfig c;
+    rtattn::plan::KernelPlan p;
+    ForwardArgs a;
+    CallSizes z() const { return {a.batch, a.seqlen_q, a.seqlen_k, a.num_splits, 264}; }
+    std::string field() const {  // the field of the ArgumentError validate_args throws; "" when it accepts
+        try {
+            p.family->validate_args(p, c, a, z());
+        } catch (const rtattn::ArgumentError& e) {
+            return e.field();
+        }
+        return "";
+    }
+};
+
+TensorArg dense(std::uintptr_t offset, int s, int h, int d) {
+    return {at(kBase + offset), std::int64_t(s) * h * d, std::int64_t(h) * d, d};
+}
+
+Call call(int d, bool decode = false, bool paged = false) {
+    Call x;
+    x.c.head_dim_qk = d, x.c.num_heads_q = 4, x.c.num_heads_kv = 2, x.c.arch = "sm_90a";
+    x.c.decode = decode, x.c.paged_kv = paged;
+    x.p = rtattn::plan::plan(x.c);
+    const int sq = decode ? 1 : 64;
+    x.a.batch = 2, x.a.seqlen_q = sq, x.a.seqlen_k = 64;
+    x.a.q = dense(0, sq, 4, d), x.a.o = dense(std::uintptr_t(1) << 30, sq, 4, d);
+    if (paged) {  // 8 pages of 16 keys, a table of 4 pages per sequence
+        x.a.k = {at(kBase + (std::uintptr_t(2) << 30)), 16 * 2 * d, 2 * d, d};
+        x.a.v = {at(kBase + (std::uintptr_t(3) << 30)), 16 * 2 * d, 2 * d, d};
+        x.a.block_table = static_cast<const std::int32_t*>(at(kBase + (std::uintptr_t(4) << 30)));
+        x.a.block_table_stride = 4, x.a.pages_per_seq = 4, x.a.page_size = 16, x.a.num_pages = 8;
+    } else {
+        x.a.k = dense(std::uintptr_t(2) << 30, 64, 2, d), x.a.v = dense(std::uintptr_t(3) << 30, 64, 2, d);
+    }
+    return x;
+}
+
+}  // namespace
+
+TEST_CASE("prefill calls: every bad argument is refused with its field", "[args]") {
+    for (int d : {64, 132}) {
+        CAPTURE(d);
+        CHECK(call(d).field() == "");
+        auto bad = [&](auto change) {
+            Call x = call(d);
+            change(x.a);
+            return x.field();
+        };
+        CHECK(bad([](ForwardArgs& a) { a.q.ptr = nullptr; }) == "q.ptr");
+        CHECK(bad([](ForwardArgs& a) { a.k.ptr = at(kBase + 2); }) == "k.ptr");  // not vector-aligned
+        CHECK(bad([](ForwardArgs& a) { a.v.seq_stride = -8; }) == "v.seq_stride");
+        CHECK(bad([](ForwardArgs& a) { a.o.seq_stride = 8; }) == "o");  // rows overlap
+        CHECK(bad([](ForwardArgs& a) { a.batch = 0; }) == "batch");
+        CHECK(bad([](ForwardArgs& a) { a.seqlen_k = (1 << 30) + 1; }) == "seqlen_k");
+        CHECK(bad([](ForwardArgs& a) { a.num_splits = 2; }) == "num_splits");
+        CHECK(bad([](ForwardArgs& a) { a.num_splits = 1; }) == "");  // "no split"
+        CHECK(bad([](ForwardArgs& a) { a.seqlens_k = static_cast<const std::int32_t*>(at(kBase)); }) == "seqlens_k");
+        CHECK(bad([](ForwardArgs& a) { a.page_size = 16; }) == "page_size");
+        CHECK(bad([](ForwardArgs& a) { a.lse = reinterpret_cast<float*>(kBase + 2); }) == "lse");
+        CHECK(bad([](ForwardArgs& a) { a.total_q = 5; }) == "total_q");  // a varlen field on a dense config
+    }
+}
+
+TEST_CASE("decode calls: query tokens, splits, the workspace and the cache", "[args]") {
+    for (bool paged : {false, true}) {
+        CAPTURE(paged);
+        Call ok = call(128, true, paged);
+        CHECK(ok.field() == "");
+        auto bad = [&](auto change) {
+            Call x = call(128, true, paged);
+            change(x.a);
+            return x.field();
+        };
+        CHECK(bad([](ForwardArgs& a) { a.seqlen_q = 17; }) == "seqlen_q");
+        CHECK(bad([](ForwardArgs& a) { a.num_splits = 129; }) == "num_splits");
+        CHECK(bad([](ForwardArgs& a) { a.num_splits = -1; }) == "num_splits");
+        // Several splits need a workspace of the family's size, 256-byte aligned.
+        Call split = call(128, true, paged);
+        split.a.num_splits = 4;
+        const std::size_t need = split.p.family->workspace_bytes(split.p, split.c, split.z());
+        CHECK(need > 0);
+        CHECK(split.field() == "workspace");
+        split.a.workspace = const_cast<void*>(at(kBase + 128));
+        split.a.workspace_bytes = need;
+        CHECK(split.field() == "workspace");
+        split.a.workspace = const_cast<void*>(at(kBase));
+        split.a.workspace_bytes = need - 1;
+        CHECK(split.field() == "workspace_bytes");
+        split.a.workspace_bytes = need;
+        CHECK(split.field() == "");
+        if (paged) {
+            CHECK(bad([](ForwardArgs& a) { a.page_size = 24; }) == "page_size");
+            CHECK(bad([](ForwardArgs& a) { a.num_pages = 0; }) == "num_pages");
+            CHECK(bad([](ForwardArgs& a) { a.block_table = nullptr; }) == "block_table");
+            CHECK(bad([](ForwardArgs& a) { a.block_table_stride = 3; }) == "block_table_stride");
+            CHECK(bad([](ForwardArgs& a) { a.seqlen_k = 65; }) == "seqlen_k");  // 4 pages x 16 keys
+        } else {
+            CHECK(bad([](ForwardArgs& a) { a.page_size = 16; }) == "page_size");  // a dense cache
+        }
+    }
+    // The family's check of a workspace query is the call's: no workspace size for a call it would refuse.
+    Call x = call(128, true);
+    CHECK_THROWS_AS(x.p.family->check_call(x.p, x.c, {2, 17, 64, 0, 264}), rtattn::ArgumentError);
+    CHECK_NOTHROW(x.p.family->check_call(x.p, x.c, {2, 16, 64, 0, 264}));
+    Call prefill = call(128);
+    CHECK_THROWS_AS(prefill.p.family->check_call(prefill.p, prefill.c, {2, 64, 64, 3, 264}), rtattn::ArgumentError);
+}
+
+TEST_CASE("a prefill against a paged cache checks the cache, and takes packed queries only", "[args]") {
+    Call x = call(128, false, true);
+    CHECK(x.field() == "");
+    x.a.page_size = 0;
+    CHECK(x.field() == "page_size");
+    Call packed = call(128, false, true);
+    packed.c.varlen = true;
+    packed.p = rtattn::plan::plan(packed.c);
+    packed.a.q.batch_stride = packed.a.o.batch_stride = 0;
+    packed.a.cu_seqlens_q = static_cast<const std::int32_t*>(at(kBase));
+    packed.a.total_q = 64;
+    packed.a.batch = 1;
+    CHECK(packed.field() == "");
+    packed.a.cu_seqlens_k = packed.a.cu_seqlens_q;  // keys come from the cache, not packed rows
+    CHECK(packed.field() == "cu_seqlens_k");
+}
+
+TEST_CASE("backward calls: tensors, the LSE and the plan's workspace", "[args][bwd]") {
+    AttentionConfig c;
+    c.head_dim_qk = 128, c.num_heads_q = 4, c.num_heads_kv = 2, c.arch = "sm_90a";
+    const auto p = rtattn::plan::plan_backward(c);
+    rtattn::BackwardArgs a;
+    a.batch = 2, a.seqlen_q = a.seqlen_k = 64;
+    a.q = dense(0, 64, 4, 128), a.o = dense(std::uintptr_t(1) << 30, 64, 4, 128);
+    a.dout = dense(std::uintptr_t(2) << 30, 64, 4, 128), a.dq = dense(std::uintptr_t(3) << 30, 64, 4, 128);
+    a.k = dense(std::uintptr_t(4) << 30, 64, 2, 128), a.v = dense(std::uintptr_t(5) << 30, 64, 2, 128);
+    a.dk = dense(std::uintptr_t(6) << 30, 64, 2, 128), a.dv = dense(std::uintptr_t(7) << 30, 64, 2, 128);
+    a.lse = static_cast<const float*>(at(kBase + (std::uintptr_t(8) << 30)));
+    const CallSizes z{2, 64, 64};
+    const std::size_t need = p.family->workspace_bytes(p, c, z);
+    CHECK(need == p.workspace(2, 4, 64).bytes);
+    a.workspace = const_cast<void*>(at(kBase + (std::uintptr_t(9) << 30)));
+    a.workspace_bytes = need;
+    auto field = [&](const rtattn::BackwardArgs& args) -> std::string {
+        try {
+            p.family->validate_args(p, c, args, z);
+        } catch (const rtattn::ArgumentError& e) {
+            return e.field();
+        }
+        return "";
+    };
+    CHECK(field(a) == "");
+    auto bad = [&](auto change) {
+        rtattn::BackwardArgs b = a;
+        change(b);
+        return field(b);
+    };
+    CHECK(bad([](rtattn::BackwardArgs& b) { b.lse = nullptr; }) == "lse");
+    CHECK(bad([](rtattn::BackwardArgs& b) { b.dlse = reinterpret_cast<const float*>(kBase + 1); }) == "dlse");
+    CHECK(bad([](rtattn::BackwardArgs& b) { b.dk.seq_stride = 8; }) == "dk");  // output rows overlap
+    CHECK(bad([](rtattn::BackwardArgs& b) { b.workspace = nullptr; }) == "workspace");
+    CHECK(bad([&](rtattn::BackwardArgs& b) { b.workspace_bytes = need - 1; }) == "workspace_bytes");
+    CHECK_THROWS_AS(p.family->check_call(p, c, {0, 64, 64}), rtattn::ArgumentError);
+}
