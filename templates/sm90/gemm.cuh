@@ -1,5 +1,6 @@
-// The forward pass's two GEMMs as warpgroup MMAs: QK^T with Q and K from shared memory, PV with P from registers
-// and V read transposed, both issued in column chunks as wide as wgmma allows.
+// Warpgroup MMAs over the tile layouts: a GEMM with both operands in shared memory or A in registers, issued in
+// column chunks as wide as wgmma allows; the forward pass's two (QK^T with Q and K from shared memory, PV with P
+// from registers and V read transposed) in those terms.
 #pragma once
 #include "common/geometry.h"
 #include "common/softmax.cuh"
@@ -41,6 +42,31 @@ __device__ __forceinline__ void fence_regs(u32* r) {
     for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// D(64 x kN) (+)= A B over kSteps k-steps of 16, A and B from shared memory: a(kk) is A's descriptor for k-step kk,
+// b(kk, c0) B's for the chunk of columns from c0. kTransA / kTransB: an M- / N-major operand, read transposed. The
+// first k-step overwrites D unless kAccumulate. Not committed: the caller fences, commits and waits.
+template <int kN, int kSteps, bool kBF16, bool kTransA, bool kTransB, bool kAccumulate, class A, class B>
+__device__ __forceinline__ void gemm_ss(float (&d)[kN / 8][4], A a, B b) {
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+        const wgmma::u64 ad = a(kk);
+        for_each_chunk<kN, kBF16>([&](auto mma, int c0) {
+            mma.template ss<kTransA, kTransB>(&d[c0 / 8][0], ad, b(kk, c0), kAccumulate || kk > 0);
+        });
+    }
+}
+
+// D(64 x kN) += A B with A from registers (k-step kk's m16k16 fragment of each warp, as mma.sync's A) and B from
+// shared memory as in gemm_ss.
+template <int kN, int kSteps, bool kBF16, bool kTransB, class B>
+__device__ __forceinline__ void gemm_rs(float (&d)[kN / 8][4], const u32 (&a)[kSteps][4], B b) {
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+        for_each_chunk<kN, kBF16>([&](auto mma, int c0) {
+            mma.template rs<kTransB>(&d[c0 / 8][0], a[kk], b(kk, c0), 1);
+        });
+}
+
 // One warpgroup's S(64 x kBlockN) = Q K^T: A = Q rows [q_row0, q_row0 + 64), B = K, both K-major. Issued and
 // committed as one wgmma group; the caller fences before and waits after. (Q is always read through a descriptor:
 // a variant with Q in registers gave wrong results on an H200 for some shapes, d64 with 64-key tiles and d128 with
@@ -49,13 +75,9 @@ template <class T>
 __device__ __forceinline__ void issue_qk(float (&s)[1][T::kBlockN / 8][4], u32 q_addr, int q_row0, u32 k_addr) {
     using LQ = TileLayout<T::kBlockM, T::kPadQK, T::kSwizzle>;
     using LK = TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>;
-#pragma unroll
-    for (int kk = 0; kk < T::kPadQK / 16; ++kk) {
-        const wgmma::u64 a = LQ::k_major(q_addr, q_row0, kk);
-        for_each_chunk<T::kBlockN, T::kBF16>([&](auto mma, int c0) {
-            mma.ss(&s[0][c0 / 8][0], a, LK::k_major(k_addr, c0, kk), kk > 0);
-        });
-    }
+    gemm_ss<T::kBlockN, T::kPadQK / 16, T::kBF16, false, false, false>(
+        s[0], [&](int kk) { return LQ::k_major(q_addr, q_row0, kk); },
+        [&](int kk, int c0) { return LK::k_major(k_addr, c0, kk); });
     wgmma::commit();
 }
 
@@ -64,16 +86,14 @@ template <class T>
 __device__ __forceinline__ void issue_pv(float (&acc)[1][T::kPadV / 8][4], const u32 (&pa)[T::kBlockN / 16][4],
                                          u32 v_addr) {
     using LV = VLayout<T>;
+    if constexpr (T::kWideV) {
+        // One instruction per k-step; widths other than 8/16/32/64/128 come from the rendered source.
 #pragma unroll
-    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-        if constexpr (T::kWideV) {
-            // One instruction per k-step; widths other than 8/16/32/64/128 come from the rendered source.
+        for (int kk = 0; kk < T::kBlockN / 16; ++kk)
             wgmma::Mma<T::kPadV, T::kBF16>::template rs<true>(&acc[0][0][0], pa[kk], LV::n_major(v_addr, kk), 1);
-        } else {
-            for_each_chunk<T::kPadV, T::kBF16>([&](auto mma, int c0) {
-                mma.template rs<true>(&acc[0][c0 / 8][0], pa[kk], LV::n_major(v_addr, kk, c0), 1);
-            });
-        }
+    } else {
+        gemm_rs<T::kPadV, T::kBlockN / 16, T::kBF16, true>(acc[0], pa,
+                                                           [&](int kk, int c0) { return LV::n_major(v_addr, kk, c0); });
     }
     wgmma::commit();
 }
