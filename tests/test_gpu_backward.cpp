@@ -202,6 +202,12 @@ TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
     Case mixed;
     mixed.d_qk = 192, mixed.d_v = 128, mixed.causal = true, mixed.heads_q = 8, mixed.heads_kv = 2;
     cases.push_back(mixed);
+    // d_qk != d_v within the pad of 128 (sm_90a: the wgmma kernel; dQ's panels or each warpgroup's keys).
+    for (auto [dq, dv] : {std::pair{128, 64}, {64, 128}, {120, 128}}) {
+        Case c;
+        c.d_qk = dq, c.d_v = dv, c.causal = dq == 64, c.heads_q = 6, c.heads_kv = 3;
+        cases.push_back(c);
+    }
     run_backward_table("backward head dims", cases);
 }
 
@@ -232,10 +238,10 @@ TEST_CASE("backward: sequence shapes and layouts", "[gpu][bwd]") {
 TEST_CASE("backward: a gradient flowing into the returned LSE", "[gpu][bwd]") {
     SKIP_WITHOUT_GPU();
     std::vector<Case> cases;
-    for (int d : {64, 132}) {
+    for (int d : {64, 128, 132}) {
         Case c;
         c.d_qk = c.d_v = d;
-        c.causal = d == 132;
+        c.causal = d != 64;
         c.heads_q = 4, c.heads_kv = 2;
         c.seqlen_q = 300, c.seqlen_k = 200;  // causal: 100 keyless rows, whose LSE gradient must change nothing
         cases.push_back(c);

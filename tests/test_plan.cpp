@@ -502,6 +502,29 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
 }
 
+TEST_CASE("sm_90a's backward is the wgmma family at the pad of 128, the mma.sync one elsewhere", "[plan][bwd]") {
+    for (int d = 1; d <= 256; ++d) {
+        CAPTURE(d);
+        AttentionConfig c = cfg(d, "sm_90a");
+        const auto p = rtattn::plan::plan_backward(c);
+        const bool wgmma = d > 112 && d <= 128;
+        CHECK((p.family == &rtattn::kernels::bwd_sm90()) == wgmma);
+        if (wgmma) {
+            CHECK(p.block_m == 64);
+            CHECK(p.block_n == 128);
+            CHECK(p.threads() == 256);
+            CHECK(p.smem_bytes == rtattn::geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages));
+            CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
+        }
+        CHECK(rtattn::plan::plan_backward(cfg(d, "sm_90")).family == &rtattn::kernels::bwd_mma());  // no wgmma
+    }
+    CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90());  // either pad
+    // RTATTN_BWD_TILE on the wgmma family: 64 query rows, 64 keys per warpgroup.
+    CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,128,8,0,0,0,2").stages == 2);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "128,128,8,0,0,0,1"), rtattn::ConfigError);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,96,8,0,0,0,1"), rtattn::ConfigError);
+}
+
 TEST_CASE("backward workspace sizes that would wrap 64 bits are refused", "[plan][bwd]") {
     rtattn::AttentionConfig c;
     c.head_dim_qk = 256, c.arch = "sm_90";

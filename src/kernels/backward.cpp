@@ -136,4 +136,17 @@ void launch_backward_post(const BackwardLaunch& l, BwdParams& params) {
     launch_rows(l, kBackwardPostIndex, l.call.seqlen_q, params);
 }
 
+void launch_backward(const BackwardLaunch& l) {
+    BwdParams prm = backward_params(l);
+    void* args[] = {&prm};
+    launch_backward_pre(l, prm);
+    const unsigned key_blocks = unsigned((l.call.seqlen_k + l.plan.block_n - 1) / l.plan.block_n);
+    driver::check(driver::api().cuLaunchKernel(l.module.functions.at(0), key_blocks, unsigned(l.config.num_heads_kv),
+                                               unsigned(l.call.batch), unsigned(l.plan.threads()), 1, 1,
+                                               unsigned(l.plan.smem_bytes), static_cast<CUstream>(l.stream), args,
+                                               nullptr),
+                  "cuLaunchKernel");
+    launch_backward_post(l, prm);
+}
+
 }  // namespace rtattn::kernels

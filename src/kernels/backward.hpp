@@ -49,7 +49,8 @@ public:
                        const CallSizes& z) const override;
 };
 
-const BackwardFamily& bwd_mma();  // mma.sync m16n8k16, every arch (bwd/mma.cuh)
+const BackwardFamily& bwd_mma();   // mma.sync m16n8k16, every arch (bwd/mma.cuh)
+const BackwardFamily& bwd_sm90();  // Hopper wgmma, a warpgroup per 64 keys, sm_90a (bwd/sm90.cuh)
 
 render::RenderedSource render_backward(const plan::BackwardPlan& p);
 
@@ -69,5 +70,7 @@ BwdParams backward_params(const BackwardLaunch& l);
 // (after it: dQ) over every query row of every head and sequence.
 void launch_backward_pre(const BackwardLaunch& l, BwdParams& params);
 void launch_backward_post(const BackwardLaunch& l, BwdParams& params);
+// A whole call: the preprocess, the main kernel (a CTA per key block, kv head and sequence), the postprocess.
+void launch_backward(const BackwardLaunch& l);
 
 }  // namespace rtattn::kernels

@@ -27,22 +27,8 @@ public:
             s.traits.push_back(t);
         return s;
     }
-    void launch(const BackwardLaunch& l) const override;
+    void launch(const BackwardLaunch& l) const override { launch_backward(l); }
 };
-
-void BwdMma::launch(const BackwardLaunch& l) const {
-    BwdParams prm = backward_params(l);
-    void* args[] = {&prm};
-    launch_backward_pre(l, prm);
-    // A CTA per (key block, kv head, sequence).
-    const unsigned key_blocks = unsigned((l.call.seqlen_k + l.plan.block_n - 1) / l.plan.block_n);
-    driver::check(driver::api().cuLaunchKernel(l.module.functions.at(0), key_blocks, unsigned(l.config.num_heads_kv),
-                                               unsigned(l.call.batch), unsigned(l.plan.threads()), 1, 1,
-                                               unsigned(l.plan.smem_bytes), static_cast<CUstream>(l.stream), args,
-                                               nullptr),
-                  "cuLaunchKernel");
-    launch_backward_post(l, prm);
-}
 
 }  // namespace
 

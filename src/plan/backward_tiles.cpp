@@ -18,7 +18,7 @@ namespace {
 
 struct BwdTileRow {
     const kernels::BackwardFamily& (*family)();
-    int max_pad;  // largest padded head dim (the larger of the QK and V pads) the row serves
+    int min_pad, max_pad;  // the padded head dims (the larger of the QK and V pads) the row serves
     int block_m, block_n, warps;
     int sdp_warps_m, dkv_warps_n, dq_warps_m;  // see BackwardPlan
     int stages;
@@ -26,41 +26,55 @@ struct BwdTileRow {
 };
 
 using kernels::bwd_mma;
+using kernels::bwd_sm90;
 
 // dK and dV stay in registers for a CTA's whole life: block_n x (pad_qk + pad_v) fp32 over the CTA's threads. The
 // warp layouts trade shared-memory reads (each GEMM re-reads A for every column split and B for every row split)
 // against the fragment registers. The first row whose pad fits and whose shared memory the arch has wins, so each
 // pad lists its rows from the most to the least shared memory.
 constexpr BwdTileRow kBwdTiles[] = {
-    {bwd_mma, 48, 128, 128, 8, 4, 2, 2, 1,
+    // sm_90a (the warp splits do not apply: a warpgroup per 64 keys, each GEMM a warpgroup's).
+    {bwd_sm90, 128, 128, 64, 128, 8, 0, 0, 0, 1,
+     "sm_90a, d113..128: wgmma, 128 keys per CTA (a warpgroup per 64), 64 query rows per step, each warpgroup dQ's "
+     "64-column panel over all 128 keys, one bulk reduction per step (H200, d128: 1.24-1.27x the mma.sync kernel, "
+     "S=4k and 16k, causal or not; dQ over each warpgroup's own keys, two reductions, was 1.03x). One Q/dO buffer: "
+     "two ran within 1-2% and spilled 4-12 bytes (bf16)"},
+    {bwd_mma, 0, 48, 128, 128, 8, 4, 2, 2, 1,
      "d<=48: as d64 below, but dQ 64 rows x one column pair per warp (32 rows x two spill at d48) and one Q/dO "
      "buffer, loaded during dQ (two spill at d33..47, whose scalar loads take more registers)"},
-    {bwd_mma, 64, 128, 128, 8, 4, 2, 4, 2,
+    {bwd_mma, 0, 64, 128, 128, 8, 4, 2, 4, 2,
      "d<=64: 128x128 tiles, S/dP 32 rows x 64 keys per warp, dK/dV 64 keys x half the columns; the next query "
      "block loads during this one (H200, sm_90, S=16k: 1.13x the 64x128 tile)"},
-    {bwd_mma, 64, 128, 128, 8, 4, 2, 4, 1, "d<=64 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
-    {bwd_mma, 64, 64, 128, 8, 2, 4, 2, 1, "d<=64 on ~100 KB (sm_86, sm_89): 64 query rows per step"},
-    {bwd_mma, 128, 64, 128, 8, 2, 4, 4, 2,
+    {bwd_mma, 0, 64, 128, 128, 8, 4, 2, 4, 1, "d<=64 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
+    {bwd_mma, 0, 64, 64, 128, 8, 2, 4, 2, 1, "d<=64 on ~100 KB (sm_86, sm_89): 64 query rows per step"},
+    {bwd_mma, 0, 128, 64, 128, 8, 2, 4, 4, 2,
      "d<=128: 128 keys per CTA (Q/dO re-read once per 128 keys), S/dP and dK/dV as FA2, dQ 16 rows per warp (32 "
      "spill at d80..112), Q/dO double-buffered (H200, sm_90, S=16k: 1.5x the 64x64 tile)"},
-    {bwd_mma, 128, 64, 128, 8, 2, 4, 4, 1, "d<=128 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
-    {bwd_mma, 128, 64, 64, 8, 2, 4, 2, 1, "d<=128 on ~100 KB (sm_86, sm_89): 64 keys, one Q/dO buffer"},
-    {bwd_mma, 144, 64, 128, 8, 4, 8, 4, 1,
+    {bwd_mma, 0, 128, 64, 128, 8, 2, 4, 4, 1, "d<=128 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
+    {bwd_mma, 0, 128, 64, 64, 8, 2, 4, 2, 1, "d<=128 on ~100 KB (sm_86, sm_89): 64 keys, one Q/dO buffer"},
+    {bwd_mma, 0, 144, 64, 128, 8, 4, 8, 4, 1,
      "d129..144 (d132): 128 keys, each warp 16 keys x all 9 column pairs of dK/dV (split in 2 the pairs leave "
      "one warp 5 of 9 and spill); one buffer is as fast as two here (H200, sm_90, S=16k: 1.37x the 64x64 tile)"},
-    {bwd_mma, 192, 64, 64, 8, 4, 2, 2, 2,
+    {bwd_mma, 0, 192, 64, 64, 8, 4, 2, 2, 2,
      "d<=192: 64x64 tiles (128 keys spill), S/dP 16 rows x 32 keys per warp, Q/dO double-buffered"},
-    {bwd_mma, 192, 64, 64, 8, 4, 2, 2, 1, "d<=192 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
-    {bwd_mma, 256, 64, 64, 8, 4, 2, 2, 1,
+    {bwd_mma, 0, 192, 64, 64, 8, 4, 2, 2, 1, "d<=192 on 164 KB (sm_80): one Q/dO buffer, loaded during dQ"},
+    {bwd_mma, 0, 256, 64, 64, 8, 4, 2, 2, 1,
      "d<=256: 64x64 tiles, one Q/dO buffer loaded during dQ (two outgrow 227 KB; H200, sm_90, S=16k: 1.23x the "
      "32-row double-buffered tile)"},
-    {bwd_mma, 256, 32, 64, 8, 2, 4, 2, 1, "d<=256 on ~100 KB with bulk dQ staging: 32 query rows per step"},
-    {bwd_mma, 256, 32, 32, 4, 2, 2, 2, 1, "d<=256 on ~100 KB of shared memory (sm_86, sm_89): 32x32 tiles, 4 warps"},
+    {bwd_mma, 0, 256, 32, 64, 8, 2, 4, 2, 1, "d<=256 on ~100 KB with bulk dQ staging: 32 query rows per step"},
+    {bwd_mma, 0, 256, 32, 32, 4, 2, 2, 2, 1, "d<=256 on ~100 KB of shared memory (sm_86, sm_89): 32x32 tiles, 4 warps"},
 };
 
 // The tile shapes the kernel can be built with (BwdShape's static_asserts, said here so an override fails as a
 // ConfigError naming what is wrong, before NVRTC).
 std::string tile_problem(const BackwardPlan& p) {
+    if (p.family == &kernels::bwd_sm90()) {
+        if (p.block_m != 64) return "block_m must be 64 for the wgmma backward";
+        if (p.warps % 4 || p.warps < 4 || p.warps > 8 || p.block_n != 16 * p.warps)
+            return "the wgmma backward takes 64 keys per warpgroup: warps 4 or 8, block_n 16 x warps";
+        if (p.stages != 1 && p.stages != 2) return "stages must be 1 or 2";
+        return "";
+    }
     if (p.block_m < 16 || p.block_m % 16 || p.block_n < 16 || p.block_n % 16)
         return "block_m and block_n must be positive multiples of 16";
     if (p.warps < 1 || p.warps > 16) return "warps must be 1..16";
@@ -108,7 +122,7 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
     const int pad = std::max(p.pad_qk, p.pad_v);
     for (const BwdTileRow& row : kBwdTiles) {
         const kernels::BackwardFamily& f = row.family();
-        if (pad > row.max_pad || !f.runs_on(ai)) continue;
+        if (pad < row.min_pad || pad > row.max_pad || !f.runs_on(ai)) continue;
         BackwardPlan cand = p;
         cand.family = &f;
         cand.block_m = row.block_m, cand.block_n = row.block_n, cand.warps = row.warps;

@@ -1,0 +1,60 @@
+// The Hopper backward family (templates/bwd/sm90.cuh): bwd/mma.cuh's algorithm with its five GEMMs as warpgroup
+// MMAs, a warpgroup per 64 keys, dQ by bulk reduction. sm_90a only.
+#include <set>
+#include <vector>
+
+#include "common/geometry.h"
+#include "kernels/backward.hpp"
+
+namespace rtattn::kernels {
+
+namespace {
+
+// The widths for_each_chunk (sm90/gemm.cuh) issues for n columns.
+std::vector<int> chunks(int n) {
+    std::vector<int> w;
+    for (int width : {128, 64, 32, 16, 8})
+        if (geometry::has_chunk(n, width)) w.push_back(width);
+    return w;
+}
+
+class BwdSm90 final : public BackwardFamily {
+public:
+    const char* name() const override { return "bwd_sm90"; }
+    bool runs_on(const arch::Arch& a) const override { return a.wgmma && a.bulk; }
+    int threads(const plan::BackwardPlan& p) const override { return p.warps * 32; }
+    int smem_bytes(const plan::BackwardPlan& p) const override {
+        return geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
+    }
+    std::string describe(const plan::BackwardPlan&) const override {
+        return "wgmma backward, dQ by bulk reduction";
+    }
+    render::StubSpec stub(const plan::BackwardPlan& p) const override {
+        render::StubSpec s = backward_stub(p, "bwd/sm90.cuh", "BwdShapeSm90", "flash_bwd_sm90");
+        using render::int_trait;
+        s.traits.push_back(int_trait("kWarps", p.warps));
+        s.traits.push_back(int_trait("kStages", p.stages));
+        // S^T and dP^T: block_m columns; dQ: 64-column pieces and the rest (both operands from shared memory).
+        // dV and dK (A from registers): pad_v and pad_qk columns.
+        std::set<int> ss;
+        for (int n : {p.block_m, 64, p.pad_qk % 64})
+            if (n > 0)
+                for (int w : chunks(n)) ss.insert(w);
+        std::set<int> rs;
+        for (int n : {p.pad_v, p.pad_qk})
+            for (int w : chunks(n)) rs.insert(w);
+        s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
+                                             std::vector<int>(rs.begin(), rs.end()), p.bf16);
+        return s;
+    }
+    void launch(const BackwardLaunch& l) const override { launch_backward(l); }
+};
+
+}  // namespace
+
+const BackwardFamily& bwd_sm90() {
+    static const BwdSm90 f;
+    return f;
+}
+
+}  // namespace rtattn::kernels

@@ -1,0 +1,376 @@
+// Hopper (sm_90a) backward pass: bwd/mma.cuh's algorithm with its five GEMMs as warpgroup MMAs; the preprocess and
+// postprocess are every backward family's (bwd/rows.cuh).
+//
+//   main  one CTA per (key block, kv head, batch) walks every query block of every query head of its GQA group.
+//         Each warpgroup owns 64 of the CTA's keys and keeps their dK and dV in registers across the walk. Scores
+//         are computed transposed, keys along wgmma's M:
+//           S^T = K Q^T,  dP^T = V dO^T            (both operands from shared memory, K-major)
+//           P^T = exp2(S^T * scale_log2 - LSE2),  dS^T = P^T * (dP^T - D)   (LSE2 and D per query: per column)
+//           dV += P^T dO,  dK += dS^T Q             (A from the accumulators, repacked; dO and Q read N-major)
+//           dQ += dS K                              (dS^T from shared memory read M-major, K read N-major)
+//         so P^T and dS^T come out of the accumulators in the A-fragment layout the dV and dK GEMMs take from
+//         registers. Each warpgroup adds dQ over its own keys: its 64 x pad_qk tile is staged in shared memory and
+//         added into the fp32 accumulator by one bulk reduction (in key-block order when deterministic). Q, dO and
+//         their rows' LSE and D stream through a cp.async ring of kStages query blocks.
+//
+// Query rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
+// seqlen_k are zero in shared memory, so their scores are finite, their dQ terms are 0 (dS * 0) and their dK/dV
+// rows are never stored. The causal mask sets S^T = -inf, so P^T = exp2(-inf) = 0.
+#pragma once
+#include "common/epilogue.cuh"
+#include "common/geometry.h"
+#include "common/load.cuh"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/seq.cuh"
+#include "common/softmax.cuh"
+#include "sm90/gemm.cuh"
+#include "sm90/load.cuh"
+#include "sm90/tile_layout.cuh"
+#include "bwd/rows.cuh"
+
+namespace rtattn {
+
+namespace detail {
+template <int N>
+struct IntC {  // a width as a type, for a generic lambda's compile-time use
+    static constexpr int value = N;
+};
+}  // namespace detail
+
+// Traits (from the rendered stub) must provide:
+//   kHeadDimQK, kHeadDimV   the real head dims
+//   kPadQK, kPadV           both padded to 16
+//   kBF16, kCausal, kVarlen (packed sequences: common/seq.cuh)
+//   kBlockM                 query rows per step: 64 (the N of the transposed GEMMs, the M of dQ)
+//   kBlockN                 keys per CTA: 64 per warpgroup
+//   kWarps                  4 per warpgroup
+//   kStages                 Q/dO buffers: 2 loads the next step's while this one computes
+//   kVecQK, kVecV           elements per global vector access (each divides its head dim)
+template <class T>
+struct BwdShapeSm90 {
+    static constexpr int kThreads = T::kWarps * 32;
+    static constexpr int kWGs = T::kWarps / 4;
+    static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);  // fp32 dQ rows, here and in the workspace
+    static constexpr int kKElems = T::kBlockN * T::kPadQK, kVElems = T::kBlockN * T::kPadV;
+    static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
+    static constexpr int kdSElems = T::kBlockN * T::kBlockM;
+    static constexpr int kNB = T::kBlockM / 8;  // 8-query column blocks of S^T and dP^T
+    // dQ: each warpgroup one 64-column panel over all the CTA's keys, into one staging tile, where pad_qk is a panel
+    // per warpgroup (d128: half the bytes reduced); else each warpgroup every column over its own keys.
+    static constexpr bool kDqByPanel = geometry::bwd_sm90_dq_by_panel(T::kPadQK, T::kBlockN);
+    static constexpr int kDqTiles = kDqByPanel ? 1 : kWGs;
+    static constexpr int kSmemBytes =
+        geometry::bwd_sm90_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
+
+    static_assert(T::kPadQK % 16 == 0 && T::kPadQK >= T::kHeadDimQK && T::kPadQK - T::kHeadDimQK < 16, "QK pad");
+    static_assert(T::kPadV % 16 == 0 && T::kPadV >= T::kHeadDimV && T::kPadV - T::kHeadDimV < 16, "V pad");
+    static_assert(T::kBlockM == 64, "64 query rows per step: one wgmma M for dQ, one 64-column panel of dS^T");
+    static_assert(T::kWarps % 4 == 0 && T::kBlockN == 64 * kWGs, "each warpgroup owns 64 keys");
+    static_assert(T::kStages == 1 || T::kStages == 2, "one or two Q/dO buffers");
+    static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
+};
+
+template <class T>
+__device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
+    using S = BwdShapeSm90<T>;
+    using ptx::u16;
+    using ptx::u32;
+    constexpr int kThreads = S::kThreads;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
+    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, true>;
+    using LdO = sm90::TileLayout<T::kBlockM, T::kPadV, true>;
+    using LdS = sm90::TileLayout<T::kBlockN, T::kBlockM, true>;  // dS^T: keys x queries
+
+    // Shared memory: each warpgroup's dQ staging tile (fp32, first: bulk copies want it aligned), K and V (the CTA's
+    // keys, loaded once), kStages buffers of Q, dO, dS^T of the current step, and the buffers' LSE and D rows.
+    // Every 16-bit tile is a whole number of 1024-byte swizzle atoms.
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    float* sdQ = reinterpret_cast<float*>(smem_raw);
+    u16* sK = reinterpret_cast<u16*>(smem_raw + 4 * S::kDqTiles * T::kBlockM * S::kDqStride);
+    u16* sV = sK + S::kKElems;
+    u16* sQ0 = sV + S::kVElems;
+    u16* sdO0 = sQ0 + T::kStages * S::kQElems;
+    u16* sdS = sdO0 + T::kStages * S::kdOElems;
+    float* sLse0 = reinterpret_cast<float*>(sdS + S::kdSElems);
+    float* sD0 = sLse0 + T::kStages * T::kBlockM;
+    int* sSeq = reinterpret_cast<int*>(sD0 + T::kStages * T::kBlockM);  // varlen: q_begin, seqlen_q, seqlen_k, k_begin
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    // Deterministic mode: key blocks in descending order, as bwd/mma.cuh (its comment says why no CTA waits long).
+    const int n_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int kv_head = blockIdx.y, batch = blockIdx.z;
+    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
+    const int n0 = n_block * T::kBlockN;
+    // Varlen: the sequence's offsets and lengths wait in shared memory and are read where used (bwd/mma.cuh); in
+    // the dynamic bytes, so that nothing static moves their 1024-byte alignment.
+    if constexpr (T::kVarlen) {
+        if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (the grid covers the longest)
+        if (tid == 0) sSeq[0] = seq.q_begin, sSeq[1] = seq.seqlen_q, sSeq[2] = seq.seqlen_k, sSeq[3] = seq.k_begin;
+        __syncthreads();
+    }
+    auto seq_int = [&](int slot, int dense_value) {
+        if constexpr (T::kVarlen) {
+            return detail::SharedInt{sSeq + slot};
+        } else {
+            return dense_value;
+        }
+    };
+    const auto seqlen_q = seq_int(1, seq.seqlen_q), seqlen_k = seq_int(2, seq.seqlen_k);
+    const auto q_begin = seq_int(0, 0), k_begin = seq_int(3, 0);
+    auto q_off = [&](long long batch_stride, long long seq_stride) {
+        return T::kVarlen ? (long long)int(q_begin) * seq_stride : (long long)batch * batch_stride;
+    };
+    auto k_off = [&](long long batch_stride, long long seq_stride) {
+        return T::kVarlen ? (long long)int(k_begin) * seq_stride : (long long)batch * batch_stride;
+    };
+
+    detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, LK::offset);
+    detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, LV::offset);
+#pragma unroll
+    for (int st = 0; st < T::kStages; ++st) {
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ0 + st * S::kQElems, tid, LQ::offset);
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimV, T::kPadV, kThreads>(sdO0 + st * S::kdOElems, tid,
+                                                                           LdO::offset);
+    }
+    // The staging rows' tail past kPadQK is reduced too (into the workspace's padding): zero, once.
+    for (int i = tid; i < S::kDqTiles * T::kBlockM * (S::kDqStride - T::kPadQK); i += kThreads) {
+        const int r = i / (S::kDqStride - T::kPadQK);
+        sdQ[r * S::kDqStride + T::kPadQK + i % (S::kDqStride - T::kPadQK)] = 0.f;
+    }
+
+    const u16* gK = static_cast<const u16*>(p.k) + k_off(p.k_batch_stride, p.k_seq_stride) +
+                    kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
+    const u16* gV = static_cast<const u16*>(p.v) + k_off(p.v_batch_stride, p.v_seq_stride) +
+                    kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
+    sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride,
+                                                                                      seqlen_k - n0, tid);
+    sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, true, T::kVecV, kThreads>(sV, gV, p.v_seq_stride,
+                                                                                   seqlen_k - n0, tid);
+
+    // Steps: every query block this key block is seen from, for each query head of the GQA group; causal
+    // (bottom-right) skips the blocks entirely above the key block (bwd/mma.cuh).
+    const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
+    const int m_begin = first_row / T::kBlockM;
+    const int steps_per_head = m_blocks - m_begin;
+    const int steps = steps_per_head * p.q_per_kv;
+    auto next_step = [&](int& head, int& m_block) {
+        if (++m_block == m_blocks) m_block = m_begin, ++head;
+    };
+    auto load_step = [&](int head, int m_block, int st) {
+        const int m0 = m_block * T::kBlockM;
+        const u16* gQ = static_cast<const u16*>(p.q) + q_off(p.q_batch_stride, p.q_seq_stride) +
+                        head * p.q_head_stride + (long long)m0 * p.q_seq_stride;
+        const u16* gdO = static_cast<const u16*>(p.dout) + q_off(p.do_batch_stride, p.do_seq_stride) +
+                         head * p.do_head_stride + (long long)m0 * p.do_seq_stride;
+        sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, kThreads>(
+            sQ0 + st * S::kQElems, gQ, p.q_seq_stride, seqlen_q - m0, tid);
+        sm90::load_tile<T::kBlockM, T::kHeadDimV, T::kPadV, true, T::kVecV, kThreads>(
+            sdO0 + st * S::kdOElems, gdO, p.do_seq_stride, seqlen_q - m0, tid);
+        // The workspace has m_pad rows per head (a multiple of kBlockM): these reads never leave it.
+        const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
+        if (tid < T::kBlockM) {
+            ptx::cp_async<4>(ptx::smem_u32(sLse0 + st * T::kBlockM + tid), p.lse2 + ws + tid, true);
+            ptx::cp_async<4>(ptx::smem_u32(sD0 + st * T::kBlockM + tid), p.delta + ws + tid, true);
+        }
+    };
+    int head = kv_head * p.q_per_kv, m_block = m_begin;
+    if (steps > 0) load_step(head, m_block, 0);
+    ptx::cp_async_commit();  // K, V and the first step
+
+    // Accumulator fragments (per warp of a warpgroup, as mma.sync's C): rows wq * 16 + g (+ 8), columns nb * 8 + t2
+    // (+ 1). In S^T and dP^T a row is a key of this warpgroup, a column a query of the step.
+    const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
+    const int key0 = n0 + wg * 64 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
+    float acc_dk[T::kPadQK / 8][4];
+    float acc_dv[T::kPadV / 8][4];
+#pragma unroll
+    for (int nb = 0; nb < T::kPadQK / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dk[nb][e] = 0.f;
+#pragma unroll
+    for (int nb = 0; nb < T::kPadV / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dv[nb][e] = 0.f;
+    const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV), adS = ptx::smem_u32(sdS);
+
+    for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
+        const int st = T::kStages > 1 ? i % T::kStages : 0;
+        const int m0 = m_block * T::kBlockM;
+        const u32 aQ = ptx::smem_u32(sQ0 + st * S::kQElems), adO = ptx::smem_u32(sdO0 + st * S::kdOElems);
+        const float* sLse = sLse0 + st * T::kBlockM;
+        const float* sD = sD0 + st * T::kBlockM;
+        if (tid == 0) ptx::bulk_wait_read<0>();  // the previous step's reductions have read sdQ
+        ptx::cp_async_wait<0>();
+        wgmma::fence_proxy_async();  // this thread's cp.async writes, visible to wgmma
+        __syncthreads();  // this step's tiles are in; every warp is past the previous step (dS^T, sdQ are free)
+
+        // S^T = K Q^T for this warpgroup's 64 keys. (dP^T is issued after P^T is packed: both in flight beside dK
+        // and dV spilled at d128.)
+        float s[S::kNB][4];
+        wgmma::fence();
+        sm90::gemm_ss<T::kBlockM, T::kPadQK / 16, T::kBF16, false, false, false>(
+            s, [&](int kk) { return LK::k_major(aK, wg * 64, kk); },
+            [&](int kk, int c0) { return LQ::k_major(aQ, c0, kk); });
+        wgmma::commit();
+        wgmma::wait<0>();
+        sm90::fence_regs<S::kNB * 4>(&s[0][0]);
+
+        // P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the causal mask hides the key; packed to 16 bits as
+        // dV's A fragments (and the value dS is computed from, as bwd/mma.cuh).
+        const bool masked = T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q;
+        const int shift = seqlen_k - seqlen_q;  // query q sees keys <= q + shift
+        u32 pa[T::kBlockM / 16][4];
+#pragma unroll
+        for (int nb = 0; nb < S::kNB; ++nb) {
+            const int c = nb * 8 + t2;
+            const float lse2[2] = {sLse[c], sLse[c + 1]};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = s[nb][e] * p.scale_log2 - lse2[e & 1];
+                if (masked && key0 + 8 * (e >> 1) > m0 + c + (e & 1) + shift) x = detail::neg_inf();
+                s[nb][e] = ptx::fast_exp2(x);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockM / 16; ++kk) detail::pack_p<T::kBF16>(s, kk, pa[kk]);
+
+        // dP^T = V dO^T; dS^T = P^T * (dP^T - D[query]), packed as dK's A fragments and stored to shared memory
+        // for dQ.
+        float dp[S::kNB][4];
+        wgmma::fence();
+        sm90::gemm_ss<T::kBlockM, T::kPadV / 16, T::kBF16, false, false, false>(
+            dp, [&](int kk) { return LV::k_major(aV, wg * 64, kk); },
+            [&](int kk, int c0) { return LdO::k_major(adO, c0, kk); });
+        wgmma::commit();
+        wgmma::wait<0>();
+        sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
+        sm90::fence_regs<T::kBlockM / 16 * 4>(&pa[0][0]);
+        u32 dsa[T::kBlockM / 16][4];
+#pragma unroll
+        for (int nb = 0; nb < S::kNB; ++nb) {
+            const int c = nb * 8 + t2;
+            const float d[2] = {sD[c], sD[c + 1]};
+            const u32 p16[2] = {pa[nb / 2][(nb & 1) * 2], pa[nb / 2][(nb & 1) * 2 + 1]};  // rows g, g + 8
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[nb][e] = ptx::unpack<T::kBF16>(p16[e >> 1], e & 1) * (dp[nb][e] - d[e & 1]);
+            const int r = wg * 64 + wq * 16 + g;
+            *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ptx::pack2<T::kBF16>(dp[nb][0], dp[nb][1]);
+            *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ptx::pack2<T::kBF16>(dp[nb][2], dp[nb][3]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockM / 16; ++kk) detail::pack_p<T::kBF16>(dp, kk, dsa[kk]);
+
+        // dV += P^T dO and dK += dS^T Q, one group; it runs while dS^T is published.
+        wgmma::fence();
+        sm90::gemm_rs<T::kPadV, T::kBlockM / 16, T::kBF16, true>(
+            acc_dv, pa, [&](int kk, int c0) { return LdO::n_major(adO, kk, c0); });
+        sm90::gemm_rs<T::kPadQK, T::kBlockM / 16, T::kBF16, true>(
+            acc_dk, dsa, [&](int kk, int c0) { return LQ::n_major(aQ, kk, c0); });
+        wgmma::commit();
+        wgmma::fence_proxy_async();  // dS^T's stores, visible to wgmma
+        __syncthreads();             // ... from both warpgroups
+        // P^T and dS^T leave the registers once their GEMMs are done: dQ's accumulators take their place.
+        wgmma::wait<0>();
+        sm90::fence_regs<T::kPadV / 2>(&acc_dv[0][0]);
+        sm90::fence_regs<T::kPadQK / 2>(&acc_dk[0][0]);
+        sm90::fence_regs<T::kBlockM / 4>(&pa[0][0]);
+        sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
+        // The next step's tiles load into the other buffer (its last readers, the previous step's GEMMs, are done),
+        // once P^T's and dS^T's registers are free.
+        // (The next step's head and query block are worked out where they are used, not held through the step.)
+        auto load_next = [&](int st_next) {
+            int next_head = head, next_m_block = m_block;
+            next_step(next_head, next_m_block);
+            if (i + 1 < steps) load_step(next_head, next_m_block, st_next);
+            ptx::cp_async_commit();
+        };
+        if constexpr (T::kStages > 1) load_next((i + 1) % T::kStages);
+
+        // dQ (dS from dS^T read M-major, K read N-major) in 64-column pieces to a staging tile whose rows are
+        // queries: this warpgroup's panel over every key, or every column over this warpgroup's keys.
+        float* stage = sdQ + (S::kDqByPanel ? 0 : wg * T::kBlockM * S::kDqStride);
+        constexpr int kKeySteps = S::kDqByPanel ? T::kBlockN / 16 : 4;
+        const int key_step0 = S::kDqByPanel ? 0 : wg * 4;
+        auto dq_piece = [&](auto width, int c_first) {
+            constexpr int kW = decltype(width)::value;
+            float dq[kW / 8][4];
+            wgmma::fence();
+            sm90::gemm_ss<kW, kKeySteps, T::kBF16, true, true, false>(
+                dq, [&](int kk) { return LdS::n_major(adS, key_step0 + kk, 0); },
+                [&](int kk, int c0) { return LK::n_major(aK, key_step0 + kk, c_first + c0); });
+            wgmma::commit();
+            wgmma::wait<0>();
+            sm90::fence_regs<kW / 2>(&dq[0][0]);
+#pragma unroll
+            for (int nb = 0; nb < kW / 8; ++nb) {
+                float* row = stage + (wq * 16 + g) * S::kDqStride + c_first + nb * 8 + t2;
+                *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
+                *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
+            }
+        };
+        if constexpr (S::kDqByPanel) {
+            dq_piece(detail::IntC<64>(), 64 * wg);
+        } else {
+            constexpr int k64 = T::kPadQK / 64, kTail = T::kPadQK % 64;
+#pragma unroll
+            for (int j = 0; j < k64; ++j) dq_piece(detail::IntC<64>(), 64 * j);
+            if constexpr (kTail > 0) dq_piece(detail::IntC<kTail>(), 64 * k64);
+        }
+
+        // One bulk reduction per staging tile into the accumulator rows of this query block; deterministic: after the
+        // key blocks before this one in turn order, one warpgroup's after the other's.
+        ptx::fence_proxy_async_smem();  // the bulk copy reads through the async proxy
+        __syncthreads();  // both warpgroups staged, and done with this step's Q and dO
+        if constexpr (T::kStages == 1) load_next(0);  // one buffer: the next step's tiles load during the reduction
+        if (tid == 0) {
+            const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
+            int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
+            float* acc_tile = p.dq_accum + (ws_head + m0) * S::kDqStride;
+            if (p.deterministic) {
+                const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
+                const int my_turn = (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) /
+                                                                       T::kBlockN)
+                                                : n_keys_last) -
+                                    n_block;
+                while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
+                }
+            }
+#pragma unroll
+            for (int w = 0; w < S::kDqTiles; ++w) {
+                ptx::bulk_reduce_add_f32(acc_tile, ptx::smem_u32(sdQ + w * T::kBlockM * S::kDqStride),
+                                         4 * T::kBlockM * S::kDqStride);
+                ptx::bulk_commit();
+                if (p.deterministic) ptx::bulk_wait<0>();  // additions in a fixed order
+            }
+            if (p.deterministic) {
+                __threadfence();
+                atomicAdd(turn, 1);
+            }
+        }
+    }
+    if (tid == 0) ptx::bulk_wait_read<0>();  // shared memory must outlive the last reduction's read
+
+    // dK (scaled) and dV for this thread's two keys, to the caller's layout: rows below seqlen_k, real columns.
+    u16* dk = static_cast<u16*>(p.dk) + k_off(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
+    u16* dv = static_cast<u16*>(p.dv) + k_off(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= seqlen_k) continue;
+        u16* dk_row = dk + key * p.dk_seq_stride;
+        u16* dv_row = dv + key * p.dv_seq_stride;
+#pragma unroll
+        for (int nb = 0; nb < T::kPadQK / 8; ++nb)
+            detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2, acc_dk[nb][2 * h] * p.scale,
+                                                                  acc_dk[nb][2 * h + 1] * p.scale);
+#pragma unroll
+        for (int nb = 0; nb < T::kPadV / 8; ++nb)
+            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2, acc_dv[nb][2 * h],
+                                                                acc_dv[nb][2 * h + 1]);
+    }
+}
+
+}  // namespace rtattn
