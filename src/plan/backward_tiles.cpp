@@ -34,6 +34,10 @@ using kernels::bwd_sm90;
 // pad lists its rows from the most to the least shared memory.
 constexpr BwdTileRow kBwdTiles[] = {
     // sm_90a (the warp splits do not apply: a warpgroup per 64 keys, each GEMM a warpgroup's).
+    {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
+     "sm_90a, d65..96: as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 "
+     "1.26-1.33x the mma.sync kernel, d96 1.19-1.27x); pad 112 keeps mma.sync (this kernel spilled 8-16 bytes "
+     "causal there)"},
     {bwd_sm90, 128, 128, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d113..128: wgmma, 128 keys per CTA (a warpgroup per 64), 64 query rows per step, each warpgroup dQ's "
      "64-column panel over all 128 keys, one bulk reduction per step (H200, d128: 1.24-1.27x the mma.sync kernel, "

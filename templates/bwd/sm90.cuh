@@ -56,8 +56,9 @@ struct BwdShapeSm90 {
     static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
     static constexpr int kNB = T::kBlockM / 8;  // 8-query column blocks of S^T and dP^T
-    // dQ: each warpgroup one 64-column panel over all the CTA's keys, into one staging tile, where pad_qk is a panel
-    // per warpgroup (d128: half the bytes reduced); else each warpgroup every column over its own keys.
+    // dQ: the two warpgroups split the columns at 64 (the first panel, and the rest) over all the CTA's keys, into
+    // one staging tile, where pad_qk is 80..128 (d128: half the bytes reduced); else each warpgroup every column
+    // over its own keys.
     static constexpr bool kDqByPanel = geometry::bwd_sm90_dq_by_panel(T::kPadQK, T::kBlockN);
     static constexpr int kDqTiles = kDqByPanel ? 1 : kWGs;
     static constexpr int kSmemBytes =
@@ -311,8 +312,13 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
             }
         };
-        if constexpr (S::kDqByPanel) {
+        if constexpr (S::kDqByPanel && T::kPadQK == 128) {
             dq_piece(detail::IntC<64>(), 64 * wg);
+        } else if constexpr (S::kDqByPanel) {
+            if (wg == 0)
+                dq_piece(detail::IntC<64>(), 0);
+            else
+                dq_piece(detail::IntC<T::kPadQK - 64>(), 64);
         } else {
             constexpr int k64 = T::kPadQK / 64, kTail = T::kPadQK % 64;
 #pragma unroll

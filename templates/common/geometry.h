@@ -150,12 +150,12 @@ RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int b
            8 * stages * block_m;
 }
 
-// Hopper backward (bwd/sm90.cuh): the fp32 dQ staging tiles (block_m rows of bwd_dq_stride: one, whose 64-column
-// panels the warpgroups split, where pad_qk is one panel per warpgroup; else one per warpgroup, each over its own
-// keys), K and V tiles of block_n keys, `stages` buffers of the Q and dO tiles (block_m queries) with their rows' LSE
-// and D (fp32), the dS^T tile (block_n x block_m) and 16 bytes of varlen sizes. 16-bit tiles in the swizzled panel
-// layouts (sm90/tile_layout.cuh), unpadded.
-RTATTN_GEOMETRY bool bwd_sm90_dq_by_panel(int pad_qk, int block_n) { return pad_qk == block_n; }
+// Hopper backward (bwd/sm90.cuh): the fp32 dQ staging tiles (block_m rows of bwd_dq_stride: one, whose columns the
+// two warpgroups split at 64, where pad_qk is 80..128; else one per warpgroup, each over its own keys), K and V tiles
+// of block_n keys, `stages` buffers of the Q and dO tiles (block_m queries) with their rows' LSE and D (fp32), the
+// dS^T tile (block_n x block_m) and 16 bytes of varlen sizes. 16-bit tiles in the swizzled panel layouts
+// (sm90/tile_layout.cuh), unpadded.
+RTATTN_GEOMETRY bool bwd_sm90_dq_by_panel(int pad_qk, int block_n) { return block_n == 128 && pad_qk > 64 && pad_qk <= 128; }
 RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
     return 4 * (bwd_sm90_dq_by_panel(pad_qk, block_n) ? 1 : block_n / 64) * block_m * bwd_dq_stride(pad_qk) +
            2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + block_n * block_m) + 8 * stages * block_m + 16;
