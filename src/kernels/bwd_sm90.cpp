@@ -5,18 +5,11 @@
 
 #include "common/geometry.h"
 #include "kernels/backward.hpp"
+#include "kernels/sm90.hpp"
 
 namespace rtattn::kernels {
 
 namespace {
-
-// The widths for_each_chunk (sm90/gemm.cuh) issues for n columns.
-std::vector<int> chunks(int n) {
-    std::vector<int> w;
-    for (int width : {128, 64, 32, 16, 8})
-        if (geometry::has_chunk(n, width)) w.push_back(width);
-    return w;
-}
 
 class BwdSm90 final : public BackwardFamily {
 public:
@@ -39,10 +32,10 @@ public:
         std::set<int> ss;
         for (int n : {p.block_m, 64, p.pad_qk % 64})
             if (n > 0)
-                for (int w : chunks(n)) ss.insert(w);
+                for (int w : sm90::chunk_widths(n)) ss.insert(w);
         std::set<int> rs;
         for (int n : {p.pad_v, p.pad_qk})
-            for (int w : chunks(n)) rs.insert(w);
+            for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
                                              std::vector<int>(rs.begin(), rs.end()), p.bf16);
         return s;

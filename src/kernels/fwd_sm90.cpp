@@ -21,14 +21,12 @@ void align_swizzled_tiles(plan::KernelPlan& p) {
     if (!aligned()) p.swizzle = false;
 }
 
-namespace {
 std::vector<int> chunk_widths(int n) {
     std::vector<int> w;
     for (int width : {128, 64, 32, 16, 8})
         if (geometry::has_chunk(n, width)) w.push_back(width);
     return w;
 }
-}  // namespace
 
 std::string wgmma_wrappers(const plan::KernelPlan& p) {
     return render::wgmma_wrappers(chunk_widths(p.block_n), p.wide_v ? std::vector<int>{p.pad_v} : chunk_widths(p.pad_v),
