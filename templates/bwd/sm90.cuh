@@ -9,9 +9,11 @@
 //           dV += P^T dO,  dK += dS^T Q             (A from the accumulators, repacked; dO and Q read N-major)
 //           dQ += dS K                              (dS^T from shared memory read M-major, K read N-major)
 //         so P^T and dS^T come out of the accumulators in the A-fragment layout the dV and dK GEMMs take from
-//         registers. Each warpgroup adds dQ over its own keys: its 64 x pad_qk tile is staged in shared memory and
-//         added into the fp32 accumulator by one bulk reduction (in key-block order when deterministic). Q, dO and
-//         their rows' LSE and D stream through a cp.async ring of kStages query blocks.
+//         registers. dQ is staged in shared memory and added into the fp32 accumulator by one bulk reduction per
+//         staging tile (in key-block order when deterministic): at pads 80..128 the two warpgroups split its
+//         columns at 64, each over all the CTA's keys, into one tile; else each adds every column over its own keys
+//         from a tile of its own (twice the bytes reduced). Q, dO and their rows' LSE and D stream through a
+//         cp.async ring of kStages query blocks.
 //
 // Query rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
 // seqlen_k are zero in shared memory, so their scores are finite, their dQ terms are 0 (dS * 0) and their dK/dV
