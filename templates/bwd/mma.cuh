@@ -113,31 +113,14 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     const int kv_head = blockIdx.y, batch = blockIdx.z;
     const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
     const int n0 = n_block * T::kBlockN;
-    // Varlen: the sequence's offsets and lengths wait in shared memory and are read where used; held in registers
-    // through the loop they pushed some tiles past 255 (spills at d36 on sm_80, fp16 d113-127 on sm_90). Dense: the
-    // kernel parameters, as before.
-    __shared__ int sSeq[4];  // q_begin, seqlen_q, seqlen_k, k_begin
+    __shared__ int sSeq[4];  // varlen: the sequence's sizes, read where used (detail::BwdSeqView)
     if constexpr (T::kVarlen) {
         if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (the grid covers the longest)
-        if (tid == 0) sSeq[0] = seq.q_begin, sSeq[1] = seq.seqlen_q, sSeq[2] = seq.seqlen_k, sSeq[3] = seq.k_begin;
-        __syncthreads();
     }
-    auto seq_int = [&](int slot, int dense_value) {
-        if constexpr (T::kVarlen) {
-            return detail::SharedInt{sSeq + slot};
-        } else {
-            return dense_value;
-        }
-    };
-    const auto seqlen_q = seq_int(1, seq.seqlen_q), seqlen_k = seq_int(2, seq.seqlen_k);
-    const auto q_begin = seq_int(0, 0), k_begin = seq_int(3, 0);
-    // Element offsets of the sequence's first row (Seq::q_offset / k_offset with the begins read as above).
-    auto q_off = [&](long long batch_stride, long long seq_stride) {
-        return T::kVarlen ? (long long)int(q_begin) * seq_stride : (long long)batch * batch_stride;
-    };
-    auto k_off = [&](long long batch_stride, long long seq_stride) {
-        return T::kVarlen ? (long long)int(k_begin) * seq_stride : (long long)batch * batch_stride;
-    };
+    const auto view = detail::bwd_seq_view<T::kVarlen>(seq, batch, sSeq, tid);
+    const auto seqlen_q = view.seqlen_q, seqlen_k = view.seqlen_k;
+    auto q_off = [&](long long batch_stride, long long seq_stride) { return view.q_off(batch_stride, seq_stride); };
+    auto k_off = [&](long long batch_stride, long long seq_stride) { return view.k_off(batch_stride, seq_stride); };
     const int g = lane >> 2, t2 = (lane & 3) * 2;  // C fragment: rows g and g + 8, columns t2 and t2 + 1
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };

@@ -28,6 +28,43 @@ __device__ __forceinline__ float to_float(ptx::u16 x) {
     }
 }
 
+template <bool kVarlen>
+struct BwdInt {
+    using type = int;
+};
+template <>
+struct BwdInt<true> {
+    using type = SharedInt;
+};
+
+// A backward main kernel's sequence as its query-block walk reads it (both families): dense, the sizes as given;
+// varlen, a copy in 4 ints of shared memory (q_begin, seqlen_q, seqlen_k, k_begin), read where used: held in
+// registers through the loop they pushed some tiles past 255 (spills at d36 on sm_80, fp16 d113-127 on sm_90).
+template <bool kVarlen>
+struct BwdSeqView {
+    typename BwdInt<kVarlen>::type seqlen_q, seqlen_k, q_begin, k_begin;
+    int batch;
+    // Element offsets of the sequence's first row (Seq::q_offset / k_offset with the begins read as above).
+    __device__ __forceinline__ long long q_off(long long batch_stride, long long seq_stride) const {
+        return kVarlen ? (long long)int(q_begin) * seq_stride : (long long)batch * batch_stride;
+    }
+    __device__ __forceinline__ long long k_off(long long batch_stride, long long seq_stride) const {
+        return kVarlen ? (long long)int(k_begin) * seq_stride : (long long)batch * batch_stride;
+    }
+};
+// Varlen: writes the shared copy (4 ints at `shared`) and waits for it; the caller has already returned where its
+// key block is past the sequence's keys.
+template <bool kVarlen>
+__device__ __forceinline__ BwdSeqView<kVarlen> bwd_seq_view(const Seq<kVarlen>& seq, int batch, int* shared, int tid) {
+    if constexpr (kVarlen) {
+        if (tid == 0) shared[0] = seq.q_begin, shared[1] = seq.seqlen_q, shared[2] = seq.seqlen_k, shared[3] = seq.k_begin;
+        __syncthreads();
+        return {SharedInt{shared + 1}, SharedInt{shared + 2}, SharedInt{shared}, SharedInt{shared + 3}, batch};
+    } else {
+        return {seq.seqlen_q, seq.seqlen_k, 0, 0, batch};
+    }
+}
+
 }  // namespace detail
 
 // Preprocess: one warp per query row of the workspace (m_pad rows per head; grid x covers them 8 rows per CTA).

@@ -106,28 +106,15 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     const int kv_head = blockIdx.y, batch = blockIdx.z;
     const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
     const int n0 = n_block * T::kBlockN;
-    // Varlen: the sequence's offsets and lengths wait in shared memory and are read where used (bwd/mma.cuh); in
-    // the dynamic bytes, so that nothing static moves their 1024-byte alignment.
+    // Varlen: the sequence's sizes in shared memory (detail::BwdSeqView), in the dynamic bytes, so that nothing
+    // static moves their 1024-byte alignment.
     if constexpr (T::kVarlen) {
         if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (the grid covers the longest)
-        if (tid == 0) sSeq[0] = seq.q_begin, sSeq[1] = seq.seqlen_q, sSeq[2] = seq.seqlen_k, sSeq[3] = seq.k_begin;
-        __syncthreads();
     }
-    auto seq_int = [&](int slot, int dense_value) {
-        if constexpr (T::kVarlen) {
-            return detail::SharedInt{sSeq + slot};
-        } else {
-            return dense_value;
-        }
-    };
-    const auto seqlen_q = seq_int(1, seq.seqlen_q), seqlen_k = seq_int(2, seq.seqlen_k);
-    const auto q_begin = seq_int(0, 0), k_begin = seq_int(3, 0);
-    auto q_off = [&](long long batch_stride, long long seq_stride) {
-        return T::kVarlen ? (long long)int(q_begin) * seq_stride : (long long)batch * batch_stride;
-    };
-    auto k_off = [&](long long batch_stride, long long seq_stride) {
-        return T::kVarlen ? (long long)int(k_begin) * seq_stride : (long long)batch * batch_stride;
-    };
+    const auto view = detail::bwd_seq_view<T::kVarlen>(seq, batch, sSeq, tid);
+    const auto seqlen_q = view.seqlen_q, seqlen_k = view.seqlen_k;
+    auto q_off = [&](long long batch_stride, long long seq_stride) { return view.q_off(batch_stride, seq_stride); };
+    auto k_off = [&](long long batch_stride, long long seq_stride) { return view.k_off(batch_stride, seq_stride); };
 
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, LK::offset);
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, LV::offset);
