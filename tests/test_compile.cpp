@@ -148,8 +148,8 @@ TEST_CASE("ptxas report parsing", "[compile]") {
     CHECK(rtattn::compile::nvrtc_version().find('.') != std::string::npos);
 }
 
-// Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path
-// Hopper runs until its own backward family exists); dtype and causal alternate with d. The varlen forward and
+// Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path),
+// and for sm_90a where its wgmma family serves (d65..96, d113..144, dense and packed); dtype and causal alternate with d. The varlen forward and
 // backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
 // dim, the arch alternating with d. The forward with eight kv heads on sm_90a (two on sm_80), the varlen forward
 // with one (sm_90a plans them apart for head dims that are not multiples of 8) and, on sm_90a, with eight (shifted
@@ -174,7 +174,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         jobs.push_back({d, d % 2 ? "sm_90" : "sm_80", varlen_backward});
         jobs.push_back({d, d % 2 ? "sm_90a" : "sm_80", paged_forward});
         jobs.push_back({d, "sm_90a", varlen_rows_16b});
-        if ((d > 64 && d <= 96) || (d > 112 && d <= 128)) {  // sm_90a's wgmma backward: dense and packed
+        if ((d > 64 && d <= 96) || (d > 112 && d <= 144)) {  // sm_90a's wgmma backward: dense and packed
             jobs.push_back({d, "sm_90a", backward});
             jobs.push_back({d, "sm_90a", varlen_backward});
         }

@@ -202,8 +202,9 @@ TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
     Case mixed;
     mixed.d_qk = 192, mixed.d_v = 128, mixed.causal = true, mixed.heads_q = 8, mixed.heads_kv = 2;
     cases.push_back(mixed);
-    // d_qk != d_v within the pad of 128 (sm_90a: the wgmma kernel; dQ's panels or each warpgroup's keys).
-    for (auto [dq, dv] : {std::pair{128, 64}, {64, 128}, {120, 128}}) {
+    // d_qk != d_v within the pads of 144 (sm_90a: the wgmma kernel; dQ's panels or halves, or each warpgroup's keys;
+    // accumulators of the head dim rounded to 8).
+    for (auto [dq, dv] : {std::pair{128, 64}, {64, 128}, {120, 128}, {132, 128}, {128, 140}, {140, 136}}) {
         Case c;
         c.d_qk = dq, c.d_v = dv, c.causal = dq == 64, c.heads_q = 6, c.heads_kv = 3;
         cases.push_back(c);

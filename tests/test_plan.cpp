@@ -502,12 +502,12 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
 }
 
-TEST_CASE("sm_90a's backward is the wgmma family at pads 80, 96 and 128, the mma.sync one elsewhere", "[plan][bwd]") {
+TEST_CASE("sm_90a's backward is the wgmma family at pads 80, 96, 128 and 144, the mma.sync one elsewhere", "[plan][bwd]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
         AttentionConfig c = cfg(d, "sm_90a");
         const auto p = rtattn::plan::plan_backward(c);
-        const bool wgmma = (d > 64 && d <= 96) || (d > 112 && d <= 128);
+        const bool wgmma = (d > 64 && d <= 96) || (d > 112 && d <= 144);
         CHECK((p.family == &rtattn::kernels::bwd_sm90()) == wgmma);
         if (wgmma) {
             CHECK(p.block_m == 64);

@@ -36,8 +36,11 @@ constexpr BwdTileRow kBwdTiles[] = {
     // sm_90a (the warp splits do not apply: a warpgroup per 64 keys, each GEMM a warpgroup's).
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96: as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 "
-     "1.26-1.33x the mma.sync kernel, d96 1.19-1.27x); pad 112 keeps mma.sync (this kernel spilled 8-16 bytes "
-     "causal there)"},
+     "1.26-1.33x the mma.sync kernel, d96 1.19-1.27x)"},
+    {bwd_sm90, 144, 144, 64, 128, 8, 0, 0, 0, 1,
+     "sm_90a, d129..144 (d132): as d113..128, Q/dO/K/V as 192-column tiles so dK and dV are one wgmma each, "
+     "accumulators of the head dim rounded to 8 (H200, S=4k and 16k: d132 1.29-1.36x the mma.sync kernel; 128 + 8 "
+     "chunks ran at 0.87x; 144-column accumulators spilled in bf16). One Q/dO buffer: two outgrow 227 KB"},
     {bwd_sm90, 128, 128, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d113..128: wgmma, 128 keys per CTA (a warpgroup per 64), 64 query rows per step, each warpgroup dQ's "
      "64-column panel over all 128 keys, one bulk reduction per step (H200, d128: 1.24-1.27x the mma.sync kernel, "

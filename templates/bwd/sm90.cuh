@@ -10,9 +10,9 @@
 //           dQ += dS K                              (dS^T from shared memory read M-major, K read N-major)
 //         so P^T and dS^T come out of the accumulators in the A-fragment layout the dV and dK GEMMs take from
 //         registers. dQ is staged in shared memory and added into the fp32 accumulator by one bulk reduction per
-//         staging tile (in key-block order when deterministic): at pads 80..128 the two warpgroups split its
-//         columns at 64, each over all the CTA's keys, into one tile; else each adds every column over its own keys
-//         from a tile of its own (twice the bytes reduced). Q, dO and their rows' LSE and D stream through a
+//         staging tile (in key-block order when deterministic): at pads 80..144 the two warpgroups split its
+//         columns (geometry::bwd_sm90_dq_halves), each over all the CTA's keys, into one tile; else each adds every
+//         column over its own keys from a tile of its own (twice the bytes reduced). Q, dO and their rows' LSE and D stream through a
 //         cp.async ring of kStages query blocks.
 //
 // Query rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
@@ -54,13 +54,18 @@ struct BwdShapeSm90 {
     static constexpr int kThreads = T::kWarps * 32;
     static constexpr int kWGs = T::kWarps / 4;
     static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);  // fp32 dQ rows, here and in the workspace
-    static constexpr int kKElems = T::kBlockN * T::kPadQK, kVElems = T::kBlockN * T::kPadV;
-    static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
+    // Tiles' columns, whether the N-major reads of them are one wgmma each, the dK/dV/dQ accumulators' columns:
+    // geometry.h says why.
+    static constexpr int kTileQK = geometry::bwd_sm90_tile_cols(T::kPadQK), kTileV = geometry::bwd_sm90_tile_cols(T::kPadV);
+    static constexpr bool kWholeQK = geometry::bwd_sm90_whole(T::kPadQK), kWholeV = geometry::bwd_sm90_whole(T::kPadV);
+    static constexpr int kAccQK = geometry::bwd_sm90_acc_cols(T::kHeadDimQK, T::kPadQK);
+    static constexpr int kAccV = geometry::bwd_sm90_acc_cols(T::kHeadDimV, T::kPadV);
+    static constexpr int kKElems = T::kBlockN * kTileQK, kVElems = T::kBlockN * kTileV;
+    static constexpr int kQElems = T::kBlockM * kTileQK, kdOElems = T::kBlockM * kTileV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
     static constexpr int kNB = T::kBlockM / 8;  // 8-query column blocks of S^T and dP^T
-    // dQ: the two warpgroups split the columns at 64 (the first panel, and the rest) over all the CTA's keys, into
-    // one staging tile, where pad_qk is 80..128 (d128: half the bytes reduced); else each warpgroup every column
-    // over its own keys.
+    // dQ: the two warpgroups split the columns over all the CTA's keys, into one staging tile, where pad_qk is
+    // 80..144 (d128: half the bytes reduced); else each warpgroup every column over its own keys.
     static constexpr bool kDqByPanel = geometry::bwd_sm90_dq_by_panel(T::kPadQK, T::kBlockN);
     static constexpr int kDqTiles = kDqByPanel ? 1 : kWGs;
     static constexpr int kSmemBytes =
@@ -80,10 +85,10 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     using ptx::u16;
     using ptx::u32;
     constexpr int kThreads = S::kThreads;
-    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
-    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
-    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, true>;
-    using LdO = sm90::TileLayout<T::kBlockM, T::kPadV, true>;
+    using LK = sm90::TileLayout<T::kBlockN, S::kTileQK, true>;
+    using LV = sm90::TileLayout<T::kBlockN, S::kTileV, true>;
+    using LQ = sm90::TileLayout<T::kBlockM, S::kTileQK, true>;
+    using LdO = sm90::TileLayout<T::kBlockM, S::kTileV, true>;
     using LdS = sm90::TileLayout<T::kBlockN, T::kBlockM, true>;  // dS^T: keys x queries
 
     // Shared memory: each warpgroup's dQ staging tile (fp32, first: bulk copies want it aligned), K and V (the CTA's
@@ -116,27 +121,27 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     auto q_off = [&](long long batch_stride, long long seq_stride) { return view.q_off(batch_stride, seq_stride); };
     auto k_off = [&](long long batch_stride, long long seq_stride) { return view.k_off(batch_stride, seq_stride); };
 
-    detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, LK::offset);
-    detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, LV::offset);
+    detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, S::kTileQK, kThreads>(sK, tid, LK::offset);
+    detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, S::kTileV, kThreads>(sV, tid, LV::offset);
 #pragma unroll
     for (int st = 0; st < T::kStages; ++st) {
-        detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ0 + st * S::kQElems, tid, LQ::offset);
-        detail::zero_pad_cols<T::kBlockM, T::kHeadDimV, T::kPadV, kThreads>(sdO0 + st * S::kdOElems, tid,
-                                                                           LdO::offset);
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, S::kTileQK, kThreads>(sQ0 + st * S::kQElems, tid,
+                                                                              LQ::offset);
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimV, S::kTileV, kThreads>(sdO0 + st * S::kdOElems, tid,
+                                                                            LdO::offset);
     }
-    // The staging rows' tail past kPadQK is reduced too (into the workspace's padding): zero, once.
-    for (int i = tid; i < S::kDqTiles * T::kBlockM * (S::kDqStride - T::kPadQK); i += kThreads) {
-        const int r = i / (S::kDqStride - T::kPadQK);
-        sdQ[r * S::kDqStride + T::kPadQK + i % (S::kDqStride - T::kPadQK)] = 0.f;
-    }
+    // The staging rows' tail past dQ's columns is reduced too (into the workspace's padding): zero, once.
+    constexpr int kDqTail = S::kDqStride - S::kAccQK;
+    for (int i = tid; i < S::kDqTiles * T::kBlockM * kDqTail; i += kThreads)
+        sdQ[i / kDqTail * S::kDqStride + S::kAccQK + i % kDqTail] = 0.f;
 
     const u16* gK = static_cast<const u16*>(p.k) + k_off(p.k_batch_stride, p.k_seq_stride) +
                     kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
     const u16* gV = static_cast<const u16*>(p.v) + k_off(p.v_batch_stride, p.v_seq_stride) +
                     kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
-    sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride,
+    sm90::load_tile<T::kBlockN, T::kHeadDimQK, S::kTileQK, true, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride,
                                                                                       seqlen_k - n0, tid);
-    sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, true, T::kVecV, kThreads>(sV, gV, p.v_seq_stride,
+    sm90::load_tile<T::kBlockN, T::kHeadDimV, S::kTileV, true, T::kVecV, kThreads>(sV, gV, p.v_seq_stride,
                                                                                    seqlen_k - n0, tid);
 
     // Steps: every query block this key block is seen from, for each query head of the GQA group; causal
@@ -155,9 +160,9 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
                         head * p.q_head_stride + (long long)m0 * p.q_seq_stride;
         const u16* gdO = static_cast<const u16*>(p.dout) + q_off(p.do_batch_stride, p.do_seq_stride) +
                          head * p.do_head_stride + (long long)m0 * p.do_seq_stride;
-        sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, kThreads>(
+        sm90::load_tile<T::kBlockM, T::kHeadDimQK, S::kTileQK, true, T::kVecQK, kThreads>(
             sQ0 + st * S::kQElems, gQ, p.q_seq_stride, seqlen_q - m0, tid);
-        sm90::load_tile<T::kBlockM, T::kHeadDimV, T::kPadV, true, T::kVecV, kThreads>(
+        sm90::load_tile<T::kBlockM, T::kHeadDimV, S::kTileV, true, T::kVecV, kThreads>(
             sdO0 + st * S::kdOElems, gdO, p.do_seq_stride, seqlen_q - m0, tid);
         // The workspace has m_pad rows per head (a multiple of kBlockM): these reads never leave it.
         const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
@@ -174,14 +179,14 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     // (+ 1). In S^T and dP^T a row is a key of this warpgroup, a column a query of the step.
     const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
     const int key0 = n0 + wg * 64 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
-    float acc_dk[T::kPadQK / 8][4];
-    float acc_dv[T::kPadV / 8][4];
+    float acc_dk[S::kAccQK / 8][4];
+    float acc_dv[S::kAccV / 8][4];
 #pragma unroll
-    for (int nb = 0; nb < T::kPadQK / 8; ++nb)
+    for (int nb = 0; nb < S::kAccQK / 8; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_dk[nb][e] = 0.f;
 #pragma unroll
-    for (int nb = 0; nb < T::kPadV / 8; ++nb)
+    for (int nb = 0; nb < S::kAccV / 8; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_dv[nb][e] = 0.f;
     const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV), adS = ptx::smem_u32(sdS);
@@ -246,26 +251,28 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
             const u32 p16[2] = {pa[nb / 2][(nb & 1) * 2], pa[nb / 2][(nb & 1) * 2 + 1]};  // rows g, g + 8
 #pragma unroll
             for (int e = 0; e < 4; ++e) dp[nb][e] = ptx::unpack<T::kBF16>(p16[e >> 1], e & 1) * (dp[nb][e] - d[e & 1]);
+            // Rows g and g + 8 of dS^T, packed once: dK's A fragment (detail::pack_p's order) and dQ's smem copy.
+            u32* ds16 = &dsa[nb / 2][(nb & 1) * 2];
+            ds16[0] = ptx::pack2<T::kBF16>(dp[nb][0], dp[nb][1]);
+            ds16[1] = ptx::pack2<T::kBF16>(dp[nb][2], dp[nb][3]);
             const int r = wg * 64 + wq * 16 + g;
-            *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ptx::pack2<T::kBF16>(dp[nb][0], dp[nb][1]);
-            *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ptx::pack2<T::kBF16>(dp[nb][2], dp[nb][3]);
+            *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ds16[0];
+            *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ds16[1];
         }
-#pragma unroll
-        for (int kk = 0; kk < T::kBlockM / 16; ++kk) detail::pack_p<T::kBF16>(dp, kk, dsa[kk]);
 
         // dV += P^T dO and dK += dS^T Q, one group; it runs while dS^T is published.
         wgmma::fence();
-        sm90::gemm_rs<T::kPadV, T::kBlockM / 16, T::kBF16, true>(
+        sm90::gemm_rs<S::kAccV, T::kBlockM / 16, T::kBF16, true, S::kWholeV>(
             acc_dv, pa, [&](int kk, int c0) { return LdO::n_major(adO, kk, c0); });
-        sm90::gemm_rs<T::kPadQK, T::kBlockM / 16, T::kBF16, true>(
+        sm90::gemm_rs<S::kAccQK, T::kBlockM / 16, T::kBF16, true, S::kWholeQK>(
             acc_dk, dsa, [&](int kk, int c0) { return LQ::n_major(aQ, kk, c0); });
         wgmma::commit();
         wgmma::fence_proxy_async();  // dS^T's stores, visible to wgmma
         __syncthreads();             // ... from both warpgroups
         // P^T and dS^T leave the registers once their GEMMs are done: dQ's accumulators take their place.
         wgmma::wait<0>();
-        sm90::fence_regs<T::kPadV / 2>(&acc_dv[0][0]);
-        sm90::fence_regs<T::kPadQK / 2>(&acc_dk[0][0]);
+        sm90::fence_regs<S::kAccV / 2>(&acc_dv[0][0]);
+        sm90::fence_regs<S::kAccQK / 2>(&acc_dk[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&pa[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
         // The next step's tiles load into the other buffer (its last readers, the previous step's GEMMs, are done),
@@ -284,7 +291,7 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         float* stage = sdQ + (S::kDqByPanel ? 0 : wg * T::kBlockM * S::kDqStride);
         constexpr int kKeySteps = S::kDqByPanel ? T::kBlockN / 16 : 4;
         const int key_step0 = S::kDqByPanel ? 0 : wg * 4;
-        auto dq_piece = [&](auto width, int c_first) {
+        auto dq_piece = [&](auto width, int c_first, int c_end) {  // stores the columns below c_end
             constexpr int kW = decltype(width)::value;
             float dq[kW / 8][4];
             wgmma::fence();
@@ -296,23 +303,24 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
             sm90::fence_regs<kW / 2>(&dq[0][0]);
 #pragma unroll
             for (int nb = 0; nb < kW / 8; ++nb) {
+                if (c_first + nb * 8 >= c_end) break;
                 float* row = stage + (wq * 16 + g) * S::kDqStride + c_first + nb * 8 + t2;
                 *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
             }
         };
-        if constexpr (S::kDqByPanel && T::kPadQK == 128) {
-            dq_piece(detail::IntC<64>(), 64 * wg);
+        if constexpr (S::kDqByPanel && S::kWholeQK) {
+            dq_piece(detail::IntC<geometry::bwd_sm90_dq_width(S::kAccQK)>(), 64 * wg, wg ? S::kAccQK : 64);
         } else if constexpr (S::kDqByPanel) {
             if (wg == 0)
-                dq_piece(detail::IntC<64>(), 0);
+                dq_piece(detail::IntC<64>(), 0, 64);
             else
-                dq_piece(detail::IntC<T::kPadQK - 64>(), 64);
+                dq_piece(detail::IntC<S::kAccQK - 64>(), 64, S::kAccQK);
         } else {
-            constexpr int k64 = T::kPadQK / 64, kTail = T::kPadQK % 64;
+            constexpr int k64 = S::kAccQK / 64, kTail = S::kAccQK % 64;
 #pragma unroll
-            for (int j = 0; j < k64; ++j) dq_piece(detail::IntC<64>(), 64 * j);
-            if constexpr (kTail > 0) dq_piece(detail::IntC<kTail>(), 64 * k64);
+            for (int j = 0; j < k64; ++j) dq_piece(detail::IntC<64>(), 64 * j, S::kAccQK);
+            if constexpr (kTail > 0) dq_piece(detail::IntC<kTail>(), 64 * k64, S::kAccQK);
         }
 
         // One bulk reduction per staging tile into the accumulator rows of this query block; deterministic: after the
@@ -358,11 +366,11 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         u16* dk_row = dk + key * p.dk_seq_stride;
         u16* dv_row = dv + key * p.dv_seq_stride;
 #pragma unroll
-        for (int nb = 0; nb < T::kPadQK / 8; ++nb)
+        for (int nb = 0; nb < S::kAccQK / 8; ++nb)
             detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2, acc_dk[nb][2 * h] * p.scale,
                                                                   acc_dk[nb][2 * h + 1] * p.scale);
 #pragma unroll
-        for (int nb = 0; nb < T::kPadV / 8; ++nb)
+        for (int nb = 0; nb < S::kAccV / 8; ++nb)
             detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2, acc_dv[nb][2 * h],
                                                                 acc_dv[nb][2 * h + 1]);
     }

@@ -151,14 +151,29 @@ RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int b
 }
 
 // Hopper backward (bwd/sm90.cuh): the fp32 dQ staging tiles (block_m rows of bwd_dq_stride: one, whose columns the
-// two warpgroups split at 64, where pad_qk is 80..128; else one per warpgroup, each over its own keys), K and V tiles
+// two warpgroups split, where pad_qk is 80..144; else one per warpgroup, each over its own keys), K and V tiles
 // of block_n keys, `stages` buffers of the Q and dO tiles (block_m queries) with their rows' LSE and D (fp32), the
 // dS^T tile (block_n x block_m) and 16 bytes of varlen sizes. 16-bit tiles in the swizzled panel layouts
-// (sm90/tile_layout.cuh), unpadded.
-RTATTN_GEOMETRY bool bwd_sm90_dq_by_panel(int pad_qk, int block_n) { return block_n == 128 && pad_qk > 64 && pad_qk <= 128; }
+// (sm90/tile_layout.cuh) of bwd_sm90_tile_cols columns, unpadded.
+// The Q and dO tiles are read N-major by the dK and dV GEMMs (and K by dQ's). Past a pad of 128 they are kept as
+// whole 64-column panels (pad 144 as 192 columns), so that dK and dV are one wgmma each, as wide as the accumulator,
+// across the panels (d132: 128 + 8 columns as two ran at 0.87x); where the tile is whole 64-column panels the
+// accumulators span the head dim rounded up to 8 (wgmma's N step; d132: 136 columns, not 144: 144 spilled in bf16).
+// Pads 80 and 96 keep their per-width panels and chunk the GEMMs by them (sm90::for_each_chunk), accumulators of
+// the pad.
+RTATTN_GEOMETRY int bwd_sm90_tile_cols(int pad) { return pad > 128 ? round_up(pad, 64) : pad; }
+RTATTN_GEOMETRY bool bwd_sm90_whole(int pad) { return bwd_sm90_tile_cols(pad) % 64 == 0; }
+RTATTN_GEOMETRY int bwd_sm90_acc_cols(int head_dim, int pad) { return bwd_sm90_whole(pad) ? round_up(head_dim, 8) : pad; }
+// How the two warpgroups split dQ's columns, over all the CTA's keys: the first 64 to one and the rest to the other;
+// on whole panels each issues the same widths, max(64, acc - 64) from column 64 x warpgroup (d132: 72 from 0 and
+// from 64, each storing its own columns), chunked (one 72- or 80-wide wgmma spilled 8-16 bytes in bf16).
+RTATTN_GEOMETRY int bwd_sm90_dq_width(int acc_qk) { return acc_qk - 64 > 64 ? acc_qk - 64 : 64; }
+RTATTN_GEOMETRY bool bwd_sm90_dq_by_panel(int pad_qk, int block_n) { return block_n == 128 && pad_qk > 64 && pad_qk <= 144; }
 RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
     return 4 * (bwd_sm90_dq_by_panel(pad_qk, block_n) ? 1 : block_n / 64) * block_m * bwd_dq_stride(pad_qk) +
-           2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + block_n * block_m) + 8 * stages * block_m + 16;
+           2 * ((block_n + stages * block_m) * (bwd_sm90_tile_cols(pad_qk) + bwd_sm90_tile_cols(pad_v)) +
+                block_n * block_m) +
+           8 * stages * block_m + 16;
 }
 
 // Decode (dec/mma.cuh): the query rows' tile and `stages` K/V tiles of block_n keys in padded rows; after the key

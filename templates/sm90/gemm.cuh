@@ -14,20 +14,25 @@ using detail::u16;
 using detail::u32;
 
 // Issues D(64 x kN) (+)= A * B as column chunks of width 128, then at most one each of 64, 32, 16, 8: wgmma's N is
-// part of the instruction, and wide chunks re-read A least.
-template <int kN, bool kBF16, class Issue>
+// part of the instruction, and wide chunks re-read A least. kWhole: one instruction of width kN (B in whole 64-column
+// panels, which one descriptor spans; the width's wrapper comes from the rendered source).
+template <int kN, bool kBF16, bool kWhole = false, class Issue>
 __device__ __forceinline__ void for_each_chunk(Issue issue) {
-    // The renderer writes wrappers for exactly these widths (geometry::has_chunk), so only they are instantiated.
-    constexpr int k128 = kN / 128, r = kN % 128;
-    if constexpr (geometry::has_chunk(kN, 128)) {
+    if constexpr (kWhole) {
+        issue(wgmma::Mma<kN, kBF16>(), 0);
+    } else {
+        // The renderer writes wrappers for exactly these widths (geometry::has_chunk), so only they are instantiated.
+        constexpr int k128 = kN / 128, r = kN % 128;
+        if constexpr (geometry::has_chunk(kN, 128)) {
 #pragma unroll
-        for (int i = 0; i < k128; ++i) issue(wgmma::Mma<128, kBF16>(), i * 128);
+            for (int i = 0; i < k128; ++i) issue(wgmma::Mma<128, kBF16>(), i * 128);
+        }
+        constexpr int c64 = k128 * 128, c32 = c64 + (r & 64), c16 = c32 + (r & 32), c8 = c16 + (r & 16);
+        if constexpr (geometry::has_chunk(kN, 64)) issue(wgmma::Mma<64, kBF16>(), c64);
+        if constexpr (geometry::has_chunk(kN, 32)) issue(wgmma::Mma<32, kBF16>(), c32);
+        if constexpr (geometry::has_chunk(kN, 16)) issue(wgmma::Mma<16, kBF16>(), c16);
+        if constexpr (geometry::has_chunk(kN, 8)) issue(wgmma::Mma<8, kBF16>(), c8);
     }
-    constexpr int c64 = k128 * 128, c32 = c64 + (r & 64), c16 = c32 + (r & 32), c8 = c16 + (r & 16);
-    if constexpr (geometry::has_chunk(kN, 64)) issue(wgmma::Mma<64, kBF16>(), c64);
-    if constexpr (geometry::has_chunk(kN, 32)) issue(wgmma::Mma<32, kBF16>(), c32);
-    if constexpr (geometry::has_chunk(kN, 16)) issue(wgmma::Mma<16, kBF16>(), c16);
-    if constexpr (geometry::has_chunk(kN, 8)) issue(wgmma::Mma<8, kBF16>(), c8);
 }
 
 // Keeps the compiler from touching accumulator or operand registers across the asynchronous wgmma window.
@@ -44,13 +49,15 @@ __device__ __forceinline__ void fence_regs(u32* r) {
 
 // D(64 x kN) (+)= A B over kSteps k-steps of 16, A and B from shared memory: a(kk) is A's descriptor for k-step kk,
 // b(kk, c0) B's for the chunk of columns from c0. kTransA / kTransB: an M- / N-major operand, read transposed. The
-// first k-step overwrites D unless kAccumulate. Not committed: the caller fences, commits and waits.
-template <int kN, int kSteps, bool kBF16, bool kTransA, bool kTransB, bool kAccumulate, class A, class B>
+// first k-step overwrites D unless kAccumulate; kWhole as for_each_chunk. Not committed: the caller fences, commits
+// and waits.
+template <int kN, int kSteps, bool kBF16, bool kTransA, bool kTransB, bool kAccumulate, bool kWhole = false, class A,
+          class B>
 __device__ __forceinline__ void gemm_ss(float (&d)[kN / 8][4], A a, B b) {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
         const wgmma::u64 ad = a(kk);
-        for_each_chunk<kN, kBF16>([&](auto mma, int c0) {
+        for_each_chunk<kN, kBF16, kWhole>([&](auto mma, int c0) {
             mma.template ss<kTransA, kTransB>(&d[c0 / 8][0], ad, b(kk, c0), kAccumulate || kk > 0);
         });
     }
@@ -58,11 +65,11 @@ __device__ __forceinline__ void gemm_ss(float (&d)[kN / 8][4], A a, B b) {
 
 // D(64 x kN) += A B with A from registers (k-step kk's m16k16 fragment of each warp, as mma.sync's A) and B from
 // shared memory as in gemm_ss.
-template <int kN, int kSteps, bool kBF16, bool kTransB, class B>
+template <int kN, int kSteps, bool kBF16, bool kTransB, bool kWhole = false, class B>
 __device__ __forceinline__ void gemm_rs(float (&d)[kN / 8][4], const u32 (&a)[kSteps][4], B b) {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
-        for_each_chunk<kN, kBF16>([&](auto mma, int c0) {
+        for_each_chunk<kN, kBF16, kWhole>([&](auto mma, int c0) {
             mma.template rs<kTransB>(&d[c0 / 8][0], a[kk], b(kk, c0), 1);
         });
 }
