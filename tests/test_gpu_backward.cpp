@@ -209,6 +209,15 @@ TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
         c.d_qk = dq, c.d_v = dv, c.causal = dq == 64, c.heads_q = 6, c.heads_kv = 3;
         cases.push_back(c);
     }
+    // d132 on sm_90a: 16-byte loads of rows placed as the group's first query head's lie (head h starts h x 264
+    // bytes in, so odd heads 4 columns right); groups of 3 start on odd heads too, MHA everywhere.
+    for (auto [hq, hkv] : {std::pair{6, 2}, {4, 4}})
+        for (bool causal : {false, true}) {
+            Case c;
+            c.d_qk = c.d_v = 132, c.causal = causal, c.heads_q = hq, c.heads_kv = hkv;
+            c.seqlen_q = 300, c.seqlen_k = 500;
+            cases.push_back(c);
+        }
     run_backward_table("backward head dims", cases);
 }
 
@@ -224,8 +233,8 @@ TEST_CASE("backward: sequence shapes and layouts", "[gpu][bwd]") {
             c.batch = 2, c.seqlen_q = sq, c.seqlen_k = sk;
             cases.push_back(c);
         }
-    for (Layout l : {Layout::padded, Layout::head_major, Layout::packed_qkv, Layout::shifted})
-        for (int d : {64, 100, 128}) {
+    for (Layout l : {Layout::padded, Layout::head_major, Layout::packed_qkv, Layout::shifted, Layout::head_gaps})
+        for (int d : {64, 100, 128, 132}) {
             Case c;
             c.d_qk = c.d_v = d;
             c.layout = l;

@@ -518,6 +518,15 @@ TEST_CASE("sm_90a's backward is the wgmma family at pads 80, 96, 128 and 144, th
         }
         CHECK(rtattn::plan::plan_backward(cfg(d, "sm_90")).family == &rtattn::kernels::bwd_mma());  // no wgmma
     }
+    // Pad 144 serves d_qk = d_v only (other pairs spilled); pad 128 any pair.
+    auto family_of = [](int dq, int dv) {
+        AttentionConfig c = cfg(dq, "sm_90a");
+        c.head_dim_v = dv;
+        return rtattn::plan::plan_backward(c).family;
+    };
+    CHECK(family_of(132, 128) == &rtattn::kernels::bwd_mma());
+    CHECK(family_of(140, 144) == &rtattn::kernels::bwd_mma());
+    CHECK(family_of(120, 128) == &rtattn::kernels::bwd_sm90());
     CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90());  // either pad
     // RTATTN_BWD_TILE on the wgmma family: 64 query rows, 64 keys per warpgroup.
     CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,128,8,0,0,0,2").stages == 2);

@@ -23,6 +23,7 @@ struct BwdTileRow {
     int sdp_warps_m, dkv_warps_n, dq_warps_m;  // see BackwardPlan
     int stages;
     const char* why;
+    bool equal_dims = false;  // serves d_qk = d_v only
 };
 
 using kernels::bwd_mma;
@@ -38,9 +39,12 @@ constexpr BwdTileRow kBwdTiles[] = {
      "sm_90a, d65..96: as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 "
      "1.26-1.33x the mma.sync kernel, d96 1.19-1.27x)"},
     {bwd_sm90, 144, 144, 64, 128, 8, 0, 0, 0, 1,
-     "sm_90a, d129..144 (d132): as d113..128, Q/dO/K/V as 192-column tiles so dK and dV are one wgmma each, "
-     "accumulators of the head dim rounded to 8 (H200, S=4k and 16k: d132 1.29-1.36x the mma.sync kernel; 128 + 8 "
-     "chunks ran at 0.87x; 144-column accumulators spilled in bf16). One Q/dO buffer: two outgrow 227 KB"},
+     "sm_90a, d129..144 (d132), d_qk = d_v: as d113..128, Q/dO/K/V as 192-column tiles so dK and dV are one wgmma "
+     "each, accumulators of the head dim rounded to 8; d132's rows as 16-byte vectors placed 0 or 4 columns right "
+     "(H200, S=4k and 16k: d132 1.32-1.42x the mma.sync kernel; 128 + 8 chunks ran at 0.87x, 8-byte loads at "
+     "0.94-1.01x; 144-column accumulators spilled in bf16, as did d_qk != d_v pairs here, 4-52 bytes). One Q/dO "
+     "buffer: two outgrow 227 KB",
+     true},
     {bwd_sm90, 128, 128, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d113..128: wgmma, 128 keys per CTA (a warpgroup per 64), 64 query rows per step, each warpgroup dQ's "
      "64-column panel over all 128 keys, one bulk reduction per step (H200, d128: 1.24-1.27x the mma.sync kernel, "
@@ -130,6 +134,7 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
     for (const BwdTileRow& row : kBwdTiles) {
         const kernels::BackwardFamily& f = row.family();
         if (pad < row.min_pad || pad > row.max_pad || !f.runs_on(ai)) continue;
+        if (row.equal_dims && p.head_dim_qk != p.head_dim_v) continue;
         BackwardPlan cand = p;
         cand.family = &f;
         cand.block_m = row.block_m, cand.block_n = row.block_n, cand.warps = row.warps;

@@ -60,6 +60,12 @@ struct BwdShapeSm90 {
     static constexpr bool kWholeQK = geometry::bwd_sm90_whole(T::kPadQK), kWholeV = geometry::bwd_sm90_whole(T::kPadV);
     static constexpr int kAccQK = geometry::bwd_sm90_acc_cols(T::kHeadDimQK, T::kPadQK);
     static constexpr int kAccV = geometry::bwd_sm90_acc_cols(T::kHeadDimV, T::kPadV);
+    // d132 (a head dim of 4 mod 8 on whole panels, d_qk = d_v, 136 accumulator columns): Q and dO rows move as
+    // 16-byte vectors, placed 0 or 4 columns right as the rows lie, K and V alike. (d140, 144 columns, spilled 44
+    // bytes causal bf16; d_qk != d_v pairs with 132 on one side 8-60.)
+    static constexpr bool kShiftQK =
+        kWholeQK && T::kHeadDimQK % 8 == 4 && T::kHeadDimQK == T::kHeadDimV && kAccQK <= 136;
+    static constexpr bool kShiftV = kShiftQK;
     static constexpr int kKElems = T::kBlockN * kTileQK, kVElems = T::kBlockN * kTileV;
     static constexpr int kQElems = T::kBlockM * kTileQK, kdOElems = T::kBlockM * kTileV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
@@ -78,6 +84,14 @@ struct BwdShapeSm90 {
     static_assert(T::kStages == 1 || T::kStages == 2, "one or two Q/dO buffers");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
 };
+
+namespace detail {
+// The placement (0 or 4 columns right) of a row's 16-byte vectors: rows of one head share it where the seq stride is
+// a multiple of 8 elements (fast); else 8-byte vectors, placed at 0.
+__device__ __forceinline__ int row_shift(const void* row, bool fast) {
+    return fast ? int(reinterpret_cast<unsigned long long>(row) >> 1 & 7) : 0;
+}
+}  // namespace detail
 
 template <class T>
 __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
@@ -139,10 +153,48 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
                     kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
     const u16* gV = static_cast<const u16*>(p.v) + k_off(p.v_batch_stride, p.v_seq_stride) +
                     kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
-    sm90::load_tile<T::kBlockN, T::kHeadDimQK, S::kTileQK, true, T::kVecQK, kThreads>(sK, gK, p.k_seq_stride,
-                                                                                      seqlen_k - n0, tid);
-    sm90::load_tile<T::kBlockN, T::kHeadDimV, S::kTileV, true, T::kVecV, kThreads>(sV, gV, p.v_seq_stride,
-                                                                                   seqlen_k - n0, tid);
+    // Where the rows of query head `head` lie in its Q and dO tiles (0 or 4 columns right; 0 unless shifted).
+    // Rows of one head (of one sequence) share their placement where the seq stride is a multiple of 8 elements
+    // (fast), else 0; packed sequences start on rows, so the head's offset alone decides it.
+    const bool q_fast = S::kShiftQK && p.q_seq_stride % 8 == 0, do_fast = S::kShiftV && p.do_seq_stride % 8 == 0;
+    auto q_row0 = [&](int head) {
+        return static_cast<const u16*>(p.q) + q_off(p.q_batch_stride, p.q_seq_stride) + head * p.q_head_stride;
+    };
+    auto do_row0 = [&](int head) {
+        return static_cast<const u16*>(p.dout) + q_off(p.do_batch_stride, p.do_seq_stride) + head * p.do_head_stride;
+    };
+    // Every tile of the CTA places its rows as the first query head's Q and dO lie (sk, sv: worked out where used,
+    // not held through the walk); a head whose rows lie otherwise loads them as 8-byte vectors into that place
+    // (GQA groups alternate at d132: half their heads).
+    auto shift_q = [&](int head) {
+        return detail::row_shift(T::kVarlen ? static_cast<const u16*>(p.q) + head * p.q_head_stride : q_row0(head),
+                                 q_fast);
+    };
+    auto shift_do = [&](int head) {
+        return detail::row_shift(
+            T::kVarlen ? static_cast<const u16*>(p.dout) + head * p.do_head_stride : do_row0(head), do_fast);
+    };
+    const int head0 = kv_head * p.q_per_kv, sk = shift_q(head0), sv = shift_do(head0);
+    if constexpr (S::kShiftQK || S::kShiftV) {
+        // Tiles whose rows lie 4 columns right: their first 4 columns zero too; the 4 after the row take data, so
+        // every zeroing store is done before any load is issued.
+        auto zero_first4 = [&](u16* t, int rows, auto offset) {
+            for (int i = tid; i < rows * 4; i += kThreads) t[offset(i >> 2, i & 3)] = u16(0);
+        };
+        if (S::kShiftQK && sk) {
+            zero_first4(sK, T::kBlockN, LK::offset);
+            for (int st = 0; st < T::kStages; ++st) zero_first4(sQ0 + st * S::kQElems, T::kBlockM, LQ::offset);
+        }
+        if (S::kShiftV && sv) {
+            zero_first4(sV, T::kBlockN, LV::offset);
+            for (int st = 0; st < T::kStages; ++st) zero_first4(sdO0 + st * S::kdOElems, T::kBlockM, LdO::offset);
+        }
+        __syncthreads();
+    }
+    sm90::load_rows<T::kBlockN, T::kHeadDimQK, S::kTileQK, T::kVecQK, kThreads, S::kShiftQK>(
+        sK, gK, p.k_seq_stride, seqlen_k - n0, tid, sk, false);
+    sm90::load_rows<T::kBlockN, T::kHeadDimV, S::kTileV, T::kVecV, kThreads, S::kShiftV>(
+        sV, gV, p.v_seq_stride, seqlen_k - n0, tid, sv, false);
 
     // Steps: every query block this key block is seen from, for each query head of the GQA group; causal
     // (bottom-right) skips the blocks entirely above the key block (bwd/mma.cuh).
@@ -156,14 +208,12 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     };
     auto load_step = [&](int head, int m_block, int st) {
         const int m0 = m_block * T::kBlockM;
-        const u16* gQ = static_cast<const u16*>(p.q) + q_off(p.q_batch_stride, p.q_seq_stride) +
-                        head * p.q_head_stride + (long long)m0 * p.q_seq_stride;
-        const u16* gdO = static_cast<const u16*>(p.dout) + q_off(p.do_batch_stride, p.do_seq_stride) +
-                         head * p.do_head_stride + (long long)m0 * p.do_seq_stride;
-        sm90::load_tile<T::kBlockM, T::kHeadDimQK, S::kTileQK, true, T::kVecQK, kThreads>(
-            sQ0 + st * S::kQElems, gQ, p.q_seq_stride, seqlen_q - m0, tid);
-        sm90::load_tile<T::kBlockM, T::kHeadDimV, S::kTileV, true, T::kVecV, kThreads>(
-            sdO0 + st * S::kdOElems, gdO, p.do_seq_stride, seqlen_q - m0, tid);
+        const u16* gQ = q_row0(head) + (long long)m0 * p.q_seq_stride;
+        const u16* gdO = do_row0(head) + (long long)m0 * p.do_seq_stride;
+        sm90::load_rows<T::kBlockM, T::kHeadDimQK, S::kTileQK, T::kVecQK, kThreads, S::kShiftQK>(
+            sQ0 + st * S::kQElems, gQ, p.q_seq_stride, seqlen_q - m0, tid, sk, q_fast && shift_q(head) == sk);
+        sm90::load_rows<T::kBlockM, T::kHeadDimV, S::kTileV, T::kVecV, kThreads, S::kShiftV>(
+            sdO0 + st * S::kdOElems, gdO, p.do_seq_stride, seqlen_q - m0, tid, sv, do_fast && shift_do(head) == sv);
         // The workspace has m_pad rows per head (a multiple of kBlockM): these reads never leave it.
         const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
         if (tid < T::kBlockM) {
@@ -304,7 +354,9 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
 #pragma unroll
             for (int nb = 0; nb < kW / 8; ++nb) {
                 if (c_first + nb * 8 >= c_end) break;
-                float* row = stage + (wq * 16 + g) * S::kDqStride + c_first + nb * 8 + t2;
+                const int col = c_first + nb * 8 + t2 - sk;  // the row's element (K's columns lie sk right)
+                if (S::kShiftQK && col < 0) continue;
+                float* row = stage + (wq * 16 + g) * S::kDqStride + col;
                 *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
             }
@@ -367,12 +419,15 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         u16* dv_row = dv + key * p.dv_seq_stride;
 #pragma unroll
         for (int nb = 0; nb < S::kAccQK / 8; ++nb)
-            detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2, acc_dk[nb][2 * h] * p.scale,
-                                                                  acc_dk[nb][2 * h + 1] * p.scale);
+            if (!S::kShiftQK || nb * 8 + t2 >= sk)
+                detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2 - sk,
+                                                                      acc_dk[nb][2 * h] * p.scale,
+                                                                      acc_dk[nb][2 * h + 1] * p.scale);
 #pragma unroll
         for (int nb = 0; nb < S::kAccV / 8; ++nb)
-            detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2, acc_dv[nb][2 * h],
-                                                                acc_dv[nb][2 * h + 1]);
+            if (!S::kShiftV || nb * 8 + t2 >= sv)
+                detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2 - sv, acc_dv[nb][2 * h],
+                                                                    acc_dv[nb][2 * h + 1]);
     }
 }
 
