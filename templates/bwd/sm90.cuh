@@ -11,9 +11,10 @@
 //         so P^T and dS^T come out of the accumulators in the A-fragment layout the dV and dK GEMMs take from
 //         registers. dQ is staged in shared memory and added into the fp32 accumulator by one bulk reduction per
 //         staging tile (in key-block order when deterministic): at pads 80..144 the two warpgroups split its
-//         columns (geometry::bwd_sm90_dq_halves), each over all the CTA's keys, into one tile; else each adds every
-//         column over its own keys from a tile of its own (twice the bytes reduced). Q, dO and their rows' LSE and D stream through a
-//         cp.async ring of kStages query blocks.
+//         columns (geometry::bwd_sm90_dq_width), each over all the CTA's keys, into one tile; else each adds every
+//         column over its own keys from a tile of its own (twice the bytes reduced). Q, dO and their rows' LSE and D
+//         stream through a cp.async ring of kStages query blocks; d132's rows move as 16-byte vectors, every tile's
+//         placed as the CTA's first query head's lie (0 or 4 columns right).
 //
 // Query rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
 // seqlen_k are zero in shared memory, so their scores are finite, their dQ terms are 0 (dS * 0) and their dK/dV
@@ -56,16 +57,16 @@ struct BwdShapeSm90 {
     static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);  // fp32 dQ rows, here and in the workspace
     // Tiles' columns, whether the N-major reads of them are one wgmma each, the dK/dV/dQ accumulators' columns:
     // geometry.h says why.
-    static constexpr int kTileQK = geometry::bwd_sm90_tile_cols(T::kPadQK), kTileV = geometry::bwd_sm90_tile_cols(T::kPadV);
+    static constexpr int kTileQK = geometry::bwd_sm90_tile_cols(T::kPadQK);
+    static constexpr int kTileV = geometry::bwd_sm90_tile_cols(T::kPadV);
     static constexpr bool kWholeQK = geometry::bwd_sm90_whole(T::kPadQK), kWholeV = geometry::bwd_sm90_whole(T::kPadV);
     static constexpr int kAccQK = geometry::bwd_sm90_acc_cols(T::kHeadDimQK, T::kPadQK);
     static constexpr int kAccV = geometry::bwd_sm90_acc_cols(T::kHeadDimV, T::kPadV);
     // d132 (a head dim of 4 mod 8 on whole panels, d_qk = d_v, 136 accumulator columns): Q and dO rows move as
     // 16-byte vectors, placed 0 or 4 columns right as the rows lie, K and V alike. (d140, 144 columns, spilled 44
     // bytes causal bf16; d_qk != d_v pairs with 132 on one side 8-60.)
-    static constexpr bool kShiftQK =
+    static constexpr bool kShiftRows =
         kWholeQK && T::kHeadDimQK % 8 == 4 && T::kHeadDimQK == T::kHeadDimV && kAccQK <= 136;
-    static constexpr bool kShiftV = kShiftQK;
     static constexpr int kKElems = T::kBlockN * kTileQK, kVElems = T::kBlockN * kTileV;
     static constexpr int kQElems = T::kBlockM * kTileQK, kdOElems = T::kBlockM * kTileV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
@@ -156,7 +157,8 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     // Where the rows of query head `head` lie in its Q and dO tiles (0 or 4 columns right; 0 unless shifted).
     // Rows of one head (of one sequence) share their placement where the seq stride is a multiple of 8 elements
     // (fast), else 0; packed sequences start on rows, so the head's offset alone decides it.
-    const bool q_fast = S::kShiftQK && p.q_seq_stride % 8 == 0, do_fast = S::kShiftV && p.do_seq_stride % 8 == 0;
+    const bool q_fast = S::kShiftRows && p.q_seq_stride % 8 == 0;
+    const bool do_fast = S::kShiftRows && p.do_seq_stride % 8 == 0;
     auto q_row0 = [&](int head) {
         return static_cast<const u16*>(p.q) + q_off(p.q_batch_stride, p.q_seq_stride) + head * p.q_head_stride;
     };
@@ -175,25 +177,25 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
             T::kVarlen ? static_cast<const u16*>(p.dout) + head * p.do_head_stride : do_row0(head), do_fast);
     };
     const int head0 = kv_head * p.q_per_kv, sk = shift_q(head0), sv = shift_do(head0);
-    if constexpr (S::kShiftQK || S::kShiftV) {
+    if constexpr (S::kShiftRows) {
         // Tiles whose rows lie 4 columns right: their first 4 columns zero too; the 4 after the row take data, so
         // every zeroing store is done before any load is issued.
         auto zero_first4 = [&](u16* t, int rows, auto offset) {
             for (int i = tid; i < rows * 4; i += kThreads) t[offset(i >> 2, i & 3)] = u16(0);
         };
-        if (S::kShiftQK && sk) {
+        if (sk) {
             zero_first4(sK, T::kBlockN, LK::offset);
             for (int st = 0; st < T::kStages; ++st) zero_first4(sQ0 + st * S::kQElems, T::kBlockM, LQ::offset);
         }
-        if (S::kShiftV && sv) {
+        if (sv) {
             zero_first4(sV, T::kBlockN, LV::offset);
             for (int st = 0; st < T::kStages; ++st) zero_first4(sdO0 + st * S::kdOElems, T::kBlockM, LdO::offset);
         }
         __syncthreads();
     }
-    sm90::load_rows<T::kBlockN, T::kHeadDimQK, S::kTileQK, T::kVecQK, kThreads, S::kShiftQK>(
+    sm90::load_rows<T::kBlockN, T::kHeadDimQK, S::kTileQK, T::kVecQK, kThreads, S::kShiftRows>(
         sK, gK, p.k_seq_stride, seqlen_k - n0, tid, sk, false);
-    sm90::load_rows<T::kBlockN, T::kHeadDimV, S::kTileV, T::kVecV, kThreads, S::kShiftV>(
+    sm90::load_rows<T::kBlockN, T::kHeadDimV, S::kTileV, T::kVecV, kThreads, S::kShiftRows>(
         sV, gV, p.v_seq_stride, seqlen_k - n0, tid, sv, false);
 
     // Steps: every query block this key block is seen from, for each query head of the GQA group; causal
@@ -210,9 +212,9 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         const int m0 = m_block * T::kBlockM;
         const u16* gQ = q_row0(head) + (long long)m0 * p.q_seq_stride;
         const u16* gdO = do_row0(head) + (long long)m0 * p.do_seq_stride;
-        sm90::load_rows<T::kBlockM, T::kHeadDimQK, S::kTileQK, T::kVecQK, kThreads, S::kShiftQK>(
+        sm90::load_rows<T::kBlockM, T::kHeadDimQK, S::kTileQK, T::kVecQK, kThreads, S::kShiftRows>(
             sQ0 + st * S::kQElems, gQ, p.q_seq_stride, seqlen_q - m0, tid, sk, q_fast && shift_q(head) == sk);
-        sm90::load_rows<T::kBlockM, T::kHeadDimV, S::kTileV, T::kVecV, kThreads, S::kShiftV>(
+        sm90::load_rows<T::kBlockM, T::kHeadDimV, S::kTileV, T::kVecV, kThreads, S::kShiftRows>(
             sdO0 + st * S::kdOElems, gdO, p.do_seq_stride, seqlen_q - m0, tid, sv, do_fast && shift_do(head) == sv);
         // The workspace has m_pad rows per head (a multiple of kBlockM): these reads never leave it.
         const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
@@ -355,7 +357,7 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
             for (int nb = 0; nb < kW / 8; ++nb) {
                 if (c_first + nb * 8 >= c_end) break;
                 const int col = c_first + nb * 8 + t2 - sk;  // the row's element (K's columns lie sk right)
-                if (S::kShiftQK && col < 0) continue;
+                if (S::kShiftRows && col < 0) continue;
                 float* row = stage + (wq * 16 + g) * S::kDqStride + col;
                 *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
@@ -419,13 +421,13 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         u16* dv_row = dv + key * p.dv_seq_stride;
 #pragma unroll
         for (int nb = 0; nb < S::kAccQK / 8; ++nb)
-            if (!S::kShiftQK || nb * 8 + t2 >= sk)
+            if (!S::kShiftRows || nb * 8 + t2 >= sk)
                 detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2 - sk,
                                                                       acc_dk[nb][2 * h] * p.scale,
                                                                       acc_dk[nb][2 * h + 1] * p.scale);
 #pragma unroll
         for (int nb = 0; nb < S::kAccV / 8; ++nb)
-            if (!S::kShiftV || nb * 8 + t2 >= sv)
+            if (!S::kShiftRows || nb * 8 + t2 >= sv)
                 detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2 - sv, acc_dv[nb][2 * h],
                                                                     acc_dv[nb][2 * h + 1]);
     }

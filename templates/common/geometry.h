@@ -163,12 +163,16 @@ RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int b
 // the pad.
 RTATTN_GEOMETRY int bwd_sm90_tile_cols(int pad) { return pad > 128 ? round_up(pad, 64) : pad; }
 RTATTN_GEOMETRY bool bwd_sm90_whole(int pad) { return bwd_sm90_tile_cols(pad) % 64 == 0; }
-RTATTN_GEOMETRY int bwd_sm90_acc_cols(int head_dim, int pad) { return bwd_sm90_whole(pad) ? round_up(head_dim, 8) : pad; }
+RTATTN_GEOMETRY int bwd_sm90_acc_cols(int head_dim, int pad) {
+    return bwd_sm90_whole(pad) ? round_up(head_dim, 8) : pad;
+}
 // How the two warpgroups split dQ's columns, over all the CTA's keys: the first 64 to one and the rest to the other;
 // on whole panels each issues the same widths, max(64, acc - 64) from column 64 x warpgroup (d132: 72 from 0 and
 // from 64, each storing its own columns), chunked (one 72- or 80-wide wgmma spilled 8-16 bytes in bf16).
 RTATTN_GEOMETRY int bwd_sm90_dq_width(int acc_qk) { return acc_qk - 64 > 64 ? acc_qk - 64 : 64; }
-RTATTN_GEOMETRY bool bwd_sm90_dq_by_panel(int pad_qk, int block_n) { return block_n == 128 && pad_qk > 64 && pad_qk <= 144; }
+RTATTN_GEOMETRY bool bwd_sm90_dq_by_panel(int pad_qk, int block_n) {
+    return block_n == 128 && pad_qk > 64 && pad_qk <= 144;
+}
 RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
     return 4 * (bwd_sm90_dq_by_panel(pad_qk, block_n) ? 1 : block_n / 64) * block_m * bwd_dq_stride(pad_qk) +
            2 * ((block_n + stages * block_m) * (bwd_sm90_tile_cols(pad_qk) + bwd_sm90_tile_cols(pad_v)) +
