@@ -30,8 +30,8 @@ rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool 
     c.varlen = varlen;
     return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
 }
-rtattn::compile::Compiled build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
-                                         bool varlen = false) {
+rtattn::render::RenderedSource backward_source(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
+                                               bool varlen = false) {
     AttentionConfig c;
     c.head_dim_qk = d;
     if (dv) c.head_dim_v = dv;
@@ -39,7 +39,17 @@ rtattn::compile::Compiled build_backward(int d, const char* arch, rtattn::Dtype 
     c.dtype = dt;
     c.causal = causal;
     c.varlen = varlen;
-    return rtattn::compile::compile(rtattn::kernels::render_backward(rtattn::plan::plan_backward(c)), arch);
+    return rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
+}
+// A backward module compiled, with its entries (the main kernel, the row kernels, and any family's others: the
+// warp-specialized one's cp.async kernel).
+struct BuiltBackward {
+    rtattn::compile::Compiled out;
+    std::vector<std::string> entries;
+};
+BuiltBackward build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0, bool varlen = false) {
+    const auto src = backward_source(d, arch, dt, causal, dv, varlen);
+    return {rtattn::compile::compile(src, arch), src.entries};
 }
 rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt, bool causal, bool paged) {
     AttentionConfig c;
@@ -53,10 +63,15 @@ rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt
 }
 
 // The ptxas figures of each backward entry; the main kernel's registers come back for the report.
-int check_backward_entries(const rtattn::compile::Compiled& out) {
+int check_backward_entries(const BuiltBackward& b) {
+    const rtattn::compile::Compiled& out = b.out;
+    REQUIRE(b.entries.size() >= 3);
+    CHECK(b.entries[0] == "rtattn_bwd_main");
+    CHECK(b.entries[1] == "rtattn_bwd_pre");
+    CHECK(b.entries[2] == "rtattn_bwd_post");
     int main_regs = 0;
-    for (const char* entry : {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"}) {
-        const auto r = rtattn::compile::parse_ptxas(out.log, entry);
+    for (const std::string& entry : b.entries) {
+        const auto r = rtattn::compile::parse_ptxas(out.log, entry.c_str());
         CAPTURE(entry, r.registers);
         CHECK(out.log.find(std::string("Function properties for ") + entry) != std::string::npos);
         CHECK(r.registers > 0);
@@ -74,7 +89,7 @@ TEST_CASE("the backward compiles with 0 spills for the common head dims", "[comp
         for (int d : {1, 17, 64, 96, 128, 132, 192, 256}) {
             CAPTURE(arch, d);
             const auto out = build_backward(d, arch, d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16, d % 3 != 0);
-            INFO("NVRTC log:\n" << out.log);
+            INFO("NVRTC log:\n" << out.out.log);
             check_backward_entries(out);
         }
     }
@@ -174,7 +189,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         jobs.push_back({d, d % 2 ? "sm_90" : "sm_80", varlen_backward});
         jobs.push_back({d, d % 2 ? "sm_90a" : "sm_80", paged_forward});
         jobs.push_back({d, "sm_90a", varlen_rows_16b});
-        if ((d > 64 && d <= 96) || (d > 112 && d <= 144)) {  // sm_90a's wgmma backward: dense and packed
+        if ((d > 64 && d <= 96) || d == 104 || d == 112 || (d > 112 && d <= 144)) {  // sm_90a's wgmma backwards: dense, packed
             jobs.push_back({d, "sm_90a", backward});
             jobs.push_back({d, "sm_90a", varlen_backward});
         }
@@ -188,10 +203,10 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
             const auto dt = job.d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16;
             const bool causal = job.d % 3 == 0;
             Result r{job, 0, 0, 0};
-            auto entries = [&](const rtattn::compile::Compiled& out, std::initializer_list<const char*> names) {
+            auto entries = [&](const rtattn::compile::Compiled& out, const std::vector<std::string>& names) {
                 r.regs = 255;
-                for (const char* entry : names) {
-                    const auto e = rtattn::compile::parse_ptxas(out.log, entry);
+                for (const std::string& entry : names) {
+                    const auto e = rtattn::compile::parse_ptxas(out.log, entry.c_str());
                     r.spills += e.spill_store_bytes + e.spill_load_bytes;
                     r.stack += e.stack_bytes;
                     r.regs = std::min(r.regs, e.registers);  // -1 (not found) fails below
@@ -216,8 +231,8 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
                 entries(build_decode(job.d, job.arch, dt, causal, job.d % 4 < 2),
                         {"rtattn_fwd_kernel", "rtattn_merge", "rtattn_dec_combine"});
             } else {
-                entries(build_backward(job.d, job.arch, dt, causal, 0, job.kind == varlen_backward),
-                        {"rtattn_bwd_main", "rtattn_bwd_pre", "rtattn_bwd_post"});
+                const auto b = build_backward(job.d, job.arch, dt, causal, 0, job.kind == varlen_backward);
+                entries(b.out, b.entries);
             }
             std::lock_guard<std::mutex> lock(mu);
             results.push_back(r);

@@ -502,23 +502,29 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
 }
 
-TEST_CASE("sm_90a's backward is the wgmma family at pads 80, 96, 128 and 144, the mma.sync one elsewhere", "[plan][bwd]") {
+TEST_CASE("sm_90a's backward is a wgmma family at pads 80..144, the mma.sync one elsewhere", "[plan][bwd]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
         AttentionConfig c = cfg(d, "sm_90a");
         const auto p = rtattn::plan::plan_backward(c);
-        const bool wgmma = (d > 64 && d <= 96) || (d > 112 && d <= 144);
+        // Head dims of 8 at pads 80..128: the warp-specialized kernel (TMA boxes of whole rows); the others of pads
+        // 80, 96, 128 and 144: bwd_sm90.
+        const bool ws = d > 64 && d <= 128 && d % 8 == 0;
+        const bool wgmma = !ws && ((d > 64 && d <= 96) || (d > 112 && d <= 144));
+        CHECK((p.family == &rtattn::kernels::bwd_sm90_ws()) == ws);
         CHECK((p.family == &rtattn::kernels::bwd_sm90()) == wgmma);
-        if (wgmma) {
+        if (ws || wgmma) {
             CHECK(p.block_m == 64);
             CHECK(p.block_n == 128);
-            CHECK(p.threads() == 256);
-            CHECK(p.smem_bytes == rtattn::geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages));
+            CHECK(p.threads() == (ws ? 384 : 256));
+            CHECK(p.smem_bytes == (ws ? rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages)
+                                      : rtattn::geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages)));
             CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
         }
         CHECK(rtattn::plan::plan_backward(cfg(d, "sm_90")).family == &rtattn::kernels::bwd_mma());  // no wgmma
     }
-    // Pad 144 serves d_qk = d_v only (other pairs spilled); pad 128 any pair.
+    // Pad 144 serves d_qk = d_v only (other pairs spilled); pad 128 any pair, the warp-specialized kernel where both
+    // are multiples of 8 and d_qk is past 64 (dQ splits at column 64).
     auto family_of = [](int dq, int dv) {
         AttentionConfig c = cfg(dq, "sm_90a");
         c.head_dim_v = dv;
@@ -526,12 +532,17 @@ TEST_CASE("sm_90a's backward is the wgmma family at pads 80, 96, 128 and 144, th
     };
     CHECK(family_of(132, 128) == &rtattn::kernels::bwd_mma());
     CHECK(family_of(140, 144) == &rtattn::kernels::bwd_mma());
-    CHECK(family_of(120, 128) == &rtattn::kernels::bwd_sm90());
-    CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90());  // either pad
-    // RTATTN_BWD_TILE on the wgmma family: 64 query rows, 64 keys per warpgroup.
-    CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,128,8,0,0,0,2").stages == 2);
+    CHECK(family_of(120, 128) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(124, 128) == &rtattn::kernels::bwd_sm90());
+    CHECK(family_of(64, 128) == &rtattn::kernels::bwd_sm90());
+    CHECK(family_of(128, 64) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90_ws());
+    // RTATTN_BWD_TILE on the wgmma families: 64 query rows, 64 keys per warpgroup (the warp-specialized one: two).
+    CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,128,8,0,0,0,1").stages == 1);
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "128,128,8,0,0,0,1"), rtattn::ConfigError);
-    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,96,8,0,0,0,1"), rtattn::ConfigError);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,64,4,0,0,0,1"), rtattn::ConfigError);
+    CHECK(rtattn::plan::plan_backward(cfg(124, "sm_90a"), "64,128,8,0,0,0,2").stages == 2);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(124, "sm_90a"), "64,96,8,0,0,0,1"), rtattn::ConfigError);
 }
 
 TEST_CASE("backward workspace sizes that would wrap 64 bits are refused", "[plan][bwd]") {

@@ -65,7 +65,7 @@ void launch_rows(const BackwardLaunch& l, int index, long long rows, BwdParams& 
 render::RenderedSource render_backward(const plan::BackwardPlan& p) { return render::render(p.family->stub(p)); }
 
 render::StubSpec backward_stub(const plan::BackwardPlan& p, const char* header, const char* shape,
-                               const char* main_fn) {
+                               const char* main_fn, const char* main_params) {
     render::StubSpec s;
     s.program = fmt::format("rtattn_bwd_d{}x{}_{}{}{}_{}.cu", p.head_dim_qk, p.head_dim_v, p.bf16 ? "bf16" : "fp16",
                             p.causal ? "_causal" : "", p.varlen ? "_varlen" : "", p.arch);
@@ -85,7 +85,7 @@ render::StubSpec backward_stub(const plan::BackwardPlan& p, const char* header, 
     s.shape = shape;
     s.smem_bytes = p.smem_bytes;
     const char* params = "const rtattn::BwdParams params";
-    s.entries = {{kBackwardMainEntry, params, fmt::format("rtattn::{}<Traits>(params)", main_fn), p.threads()},
+    s.entries = {{kBackwardMainEntry, main_params, fmt::format("rtattn::{}<Traits>(params)", main_fn), p.threads()},
                  {"rtattn_bwd_pre", params, "rtattn::flash_bwd_pre<Traits>(params)", kRowThreads},
                  {"rtattn_bwd_post", params, "rtattn::flash_bwd_post<Traits>(params)", kRowThreads}};
     return s;
@@ -138,13 +138,18 @@ void launch_backward_post(const BackwardLaunch& l, BwdParams& params) {
 
 void launch_backward(const BackwardLaunch& l) {
     BwdParams prm = backward_params(l);
-    void* args[] = {&prm};
+    launch_backward(l, prm, &prm);
+}
+
+void launch_backward(const BackwardLaunch& l, BwdParams& prm, void* main_block, MainKernel main) {
+    void* args[] = {main_block};
     launch_backward_pre(l, prm);
     const unsigned key_blocks = unsigned((l.call.seqlen_k + l.plan.block_n - 1) / l.plan.block_n);
-    driver::check(driver::api().cuLaunchKernel(l.module.functions.at(0), key_blocks, unsigned(l.config.num_heads_kv),
-                                               unsigned(l.call.batch), unsigned(l.plan.threads()), 1, 1,
-                                               unsigned(l.plan.smem_bytes), static_cast<CUstream>(l.stream), args,
-                                               nullptr),
+    const unsigned threads = unsigned(main.threads ? main.threads : l.plan.threads());
+    const unsigned smem = unsigned(main.threads ? main.smem_bytes : l.plan.smem_bytes);
+    driver::check(driver::api().cuLaunchKernel(l.module.functions.at(main.index), key_blocks,
+                                               unsigned(l.config.num_heads_kv), unsigned(l.call.batch), threads, 1, 1,
+                                               smem, static_cast<CUstream>(l.stream), args, nullptr),
                   "cuLaunchKernel");
     launch_backward_post(l, prm);
 }

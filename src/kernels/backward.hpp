@@ -3,6 +3,7 @@
 // and how a call is launched.
 // The backward tile table (src/plan/backward_tiles.cpp) names a family per row.
 #pragma once
+#include <set>
 #include <string>
 
 #include "arch/arch.hpp"
@@ -51,8 +52,13 @@ public:
 
 const BackwardFamily& bwd_mma();   // mma.sync m16n8k16, every arch (bwd/mma.cuh)
 const BackwardFamily& bwd_sm90();  // Hopper wgmma, a warpgroup per 64 keys, sm_90a (bwd/sm90.cuh)
+const BackwardFamily& bwd_sm90_ws();  // bwd_sm90's GEMMs with a producer warpgroup: TMA loads, dQ reductions
 
 render::RenderedSource render_backward(const plan::BackwardPlan& p);
+
+// The wgmma widths bwd/sm90.cuh's kernel issues for a plan (both operands from shared memory: ss; A from registers:
+// rs), for the families whose modules hold it.
+void bwd_sm90_widths(const plan::BackwardPlan& p, std::set<int>& ss, std::set<int>& rs);
 
 // ---- pieces every backward family shares: the row kernels (templates/bwd/rows.cuh) before and after the family's
 // main kernel, the parameter block and the workspace's parts (plan::BackwardWorkspace) --------------------------------
@@ -61,16 +67,23 @@ render::RenderedSource render_backward(const plan::BackwardPlan& p);
 inline constexpr const char* kBackwardMainEntry = "rtattn_bwd_main";
 inline constexpr int kBackwardPreIndex = 1, kBackwardPostIndex = 2;
 // A stub spec with the program name, the plan comment, the traits every backward template reads and the three
-// entries (main calls rtattn::<main_fn><Traits>(params)); the family adds its own traits.
+// entries (main calls rtattn::<main_fn><Traits>(params), params declared as main_params); the family adds its own
+// traits.
 render::StubSpec backward_stub(const plan::BackwardPlan& p, const char* header, const char* shape,
-                               const char* main_fn);
+                               const char* main_fn, const char* main_params = "const rtattn::BwdParams params");
 // The parameter block: the call's tensors and sizes, the config's heads and scale, the workspace's parts.
 BwdParams backward_params(const BackwardLaunch& l);
 // The preprocess (before the main kernel: D, LSE in log2 units, the zeroed dQ accumulator) and the postprocess
 // (after it: dQ) over every query row of every head and sequence.
 void launch_backward_pre(const BackwardLaunch& l, BwdParams& params);
 void launch_backward_post(const BackwardLaunch& l, BwdParams& params);
-// A whole call: the preprocess, the main kernel (a CTA per key block, kv head and sequence), the postprocess.
+// A whole call: the preprocess, the main kernel (a CTA per key block, kv head and sequence), the postprocess; the
+// second form with the family's own parameter block for the main kernel (`main_block`, which holds `prm`) and, where
+// `main` names one, another of the module's main kernels (its entry index, threads and shared memory).
+struct MainKernel {
+    int index = 0, threads = 0, smem_bytes = 0;  // threads 0: the plan's
+};
 void launch_backward(const BackwardLaunch& l);
+void launch_backward(const BackwardLaunch& l, BwdParams& prm, void* main_block, MainKernel main = {});
 
 }  // namespace rtattn::kernels

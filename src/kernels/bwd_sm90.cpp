@@ -9,6 +9,20 @@
 
 namespace rtattn::kernels {
 
+void bwd_sm90_widths(const plan::BackwardPlan& p, std::set<int>& ss, std::set<int>& rs) {
+    // S^T and dP^T: block_m columns; dQ: 64-column pieces and the rest, or on whole panels each warpgroup's
+    // width, chunked (both operands from shared memory). dV and dK (A from registers): their accumulators'
+    // columns, one instruction on whole panels, else chunked (geometry::bwd_sm90_whole).
+    const int acc_qk = geometry::bwd_sm90_acc_cols(p.head_dim_qk, p.pad_qk);
+    const int acc_v = geometry::bwd_sm90_acc_cols(p.head_dim_v, p.pad_v);
+    auto widths = [](int n, bool whole) { return whole ? std::vector<int>{n} : sm90::chunk_widths(n); };
+    for (int n : {p.block_m, 64, acc_qk % 64, geometry::bwd_sm90_dq_width(acc_qk)})
+        if (n > 0)
+            for (int w : sm90::chunk_widths(n)) ss.insert(w);
+    for (int w : widths(acc_v, geometry::bwd_sm90_whole(p.pad_v))) rs.insert(w);
+    for (int w : widths(acc_qk, geometry::bwd_sm90_whole(p.pad_qk))) rs.insert(w);
+}
+
 namespace {
 
 class BwdSm90 final : public BackwardFamily {
@@ -27,19 +41,8 @@ public:
         using render::int_trait;
         s.traits.push_back(int_trait("kWarps", p.warps));
         s.traits.push_back(int_trait("kStages", p.stages));
-        // S^T and dP^T: block_m columns; dQ: 64-column pieces and the rest, or on whole panels each warpgroup's
-        // width, chunked (both operands from shared memory). dV and dK (A from registers): their accumulators'
-        // columns, one instruction on whole panels, else chunked (geometry::bwd_sm90_whole).
-        const int acc_qk = geometry::bwd_sm90_acc_cols(p.head_dim_qk, p.pad_qk);
-        const int acc_v = geometry::bwd_sm90_acc_cols(p.head_dim_v, p.pad_v);
-        auto widths = [](int n, bool whole) { return whole ? std::vector<int>{n} : sm90::chunk_widths(n); };
-        std::set<int> ss;
-        for (int n : {p.block_m, 64, acc_qk % 64, geometry::bwd_sm90_dq_width(acc_qk)})
-            if (n > 0)
-                for (int w : sm90::chunk_widths(n)) ss.insert(w);
-        std::set<int> rs;
-        for (int w : widths(acc_v, geometry::bwd_sm90_whole(p.pad_v))) rs.insert(w);
-        for (int w : widths(acc_qk, geometry::bwd_sm90_whole(p.pad_qk))) rs.insert(w);
+        std::set<int> ss, rs;
+        bwd_sm90_widths(p, ss, rs);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
                                              std::vector<int>(rs.begin(), rs.end()), p.bf16);
         return s;

@@ -11,6 +11,7 @@
 #include "kernels/backward.hpp"
 #include "plan/backward.hpp"
 #include "plan/plan.hpp"
+#include "util/env.hpp"
 
 namespace rtattn::plan {
 
@@ -24,10 +25,12 @@ struct BwdTileRow {
     int stages;
     const char* why;
     bool equal_dims = false;  // serves d_qk = d_v only
+    bool dims_of_8 = false;   // serves d_qk and d_v multiples of 8 (TMA boxes of whole rows), pad_qk past 64
 };
 
 using kernels::bwd_mma;
 using kernels::bwd_sm90;
+using kernels::bwd_sm90_ws;
 
 // dK and dV stay in registers for a CTA's whole life: block_n x (pad_qk + pad_v) fp32 over the CTA's threads. The
 // warp layouts trade shared-memory reads (each GEMM re-reads A for every column split and B for every row split)
@@ -35,9 +38,16 @@ using kernels::bwd_sm90;
 // pad lists its rows from the most to the least shared memory.
 constexpr BwdTileRow kBwdTiles[] = {
     // sm_90a (the warp splits do not apply: a warpgroup per 64 keys, each GEMM a warpgroup's).
+    {bwd_sm90_ws, 80, 128, 64, 128, 8, 0, 0, 0, 2,
+     "sm_90a, head dims of 8 (d72..128): bwd_sm90's tiles on two consumer warpgroups and a producer warpgroup (TMA "
+     "Q/dO into two slots, dQ reductions), S^T and dP^T in flight together, dQ staged while dK runs (H200, S=4k and "
+     "16k, causal or not: d128 1.33-1.37x bwd_sm90, d120 1.34-1.41x, d96 1.26-1.31x, d80 1.24-1.27x; d104/d112 "
+     "1.47-1.61x the mma.sync kernel)",
+     false, true},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
-     "sm_90a, d65..96: as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 "
-     "1.26-1.33x the mma.sync kernel, d96 1.19-1.27x)"},
+     "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "
+     "bytes): as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 1.26-1.33x the "
+     "mma.sync kernel, d96 1.19-1.27x)"},
     {bwd_sm90, 144, 144, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d129..144 (d132), d_qk = d_v: as d113..128, Q/dO/K/V as 192-column tiles so dK and dV are one wgmma "
      "each, accumulators of the head dim rounded to 8; d132's rows as 16-byte vectors placed 0 or 4 columns right "
@@ -46,10 +56,11 @@ constexpr BwdTileRow kBwdTiles[] = {
      "buffer: two outgrow 227 KB",
      true},
     {bwd_sm90, 128, 128, 64, 128, 8, 0, 0, 0, 1,
-     "sm_90a, d113..128: wgmma, 128 keys per CTA (a warpgroup per 64), 64 query rows per step, each warpgroup dQ's "
-     "64-column panel over all 128 keys, one bulk reduction per step (H200, d128: 1.24-1.27x the mma.sync kernel, "
-     "S=4k and 16k, causal or not; dQ over each warpgroup's own keys, two reductions, was 1.03x). One Q/dO buffer: "
-     "two ran within 1-2% and spilled 4-12 bytes (bf16)"},
+     "sm_90a, d113..128 where the row above does not serve (head dims off the 8 grid, d_qk of 64 or less): wgmma, "
+     "128 keys per CTA (a warpgroup per 64), 64 query rows per step, each warpgroup dQ's 64-column panel over all 128 "
+     "keys, one bulk reduction per step (H200, d128: 1.24-1.27x the mma.sync kernel, S=4k and 16k, causal or not; dQ "
+     "over each warpgroup's own keys, two reductions, was 1.03x). One Q/dO buffer: two ran within 1-2% and spilled "
+     "4-12 bytes (bf16)"},
     {bwd_mma, 0, 48, 128, 128, 8, 4, 2, 2, 1,
      "d<=48: as d64 below, but dQ 64 rows x one column pair per warp (32 rows x two spill at d48) and one Q/dO "
      "buffer, loaded during dQ (two spill at d33..47, whose scalar loads take more registers)"},
@@ -79,6 +90,12 @@ constexpr BwdTileRow kBwdTiles[] = {
 // The tile shapes the kernel can be built with (BwdShape's static_asserts, said here so an override fails as a
 // ConfigError naming what is wrong, before NVRTC).
 std::string tile_problem(const BackwardPlan& p) {
+    if (p.family == &kernels::bwd_sm90_ws()) {
+        if (p.block_m != 64 || p.block_n != 128 || p.warps != 8)
+            return "the warp-specialized wgmma backward takes block_m 64, block_n 128, warps 8";
+        if (p.stages != 1 && p.stages != 2) return "stages must be 1 or 2";
+        return "";
+    }
     if (p.family == &kernels::bwd_sm90()) {
         if (p.block_m != 64) return "block_m must be 64 for the wgmma backward";
         if (p.warps % 4 || p.warps < 4 || p.warps > 8 || p.block_n != 16 * p.warps)
@@ -119,6 +136,13 @@ void apply_tile_override(BackwardPlan& p, const std::string& text, bool arch_bul
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
+// RTATTN_BWD_WS=0 or false: plans skip the warp-specialized Hopper backward (timing it against bwd_sm90 with the same
+// build). Read once, as RTATTN_TMA; any other value is a ConfigError naming the variable.
+bool warp_specialized_off() {
+    static const bool off = !util::env_flag("RTATTN_BWD_WS").value_or(true);
+    return off;
+}
+
 }  // namespace
 
 BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_override) {
@@ -135,6 +159,8 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
         const kernels::BackwardFamily& f = row.family();
         if (pad < row.min_pad || pad > row.max_pad || !f.runs_on(ai)) continue;
         if (row.equal_dims && p.head_dim_qk != p.head_dim_v) continue;
+        if (row.dims_of_8 && (p.head_dim_qk % 8 || p.head_dim_v % 8 || p.pad_qk <= 64)) continue;
+        if (&f == &kernels::bwd_sm90_ws() && warp_specialized_off()) continue;
         BackwardPlan cand = p;
         cand.family = &f;
         cand.block_m = row.block_m, cand.block_n = row.block_n, cand.warps = row.warps;

@@ -34,13 +34,6 @@
 
 namespace rtattn {
 
-namespace detail {
-template <int N>
-struct IntC {  // a width as a type, for a generic lambda's compile-time use
-    static constexpr int value = N;
-};
-}  // namespace detail
-
 // Traits (from the rendered stub) must provide:
 //   kHeadDimQK, kHeadDimV   the real head dims
 //   kPadQK, kPadV           both padded to 16
@@ -91,6 +84,89 @@ namespace detail {
 // a multiple of 8 elements (fast); else 8-byte vectors, placed at 0.
 __device__ __forceinline__ int row_shift(const void* row, bool fast) {
     return fast ? int(reinterpret_cast<unsigned long long>(row) >> 1 & 7) : 0;
+}
+
+template <int kNB>
+__device__ __forceinline__ void zero_frags(float (&a)[kNB][4]) {
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[nb][e] = 0.f;
+}
+
+// S^T = K Q^T or dP^T = V dO^T for warpgroup wg's 64 keys (rows of A) and the step's kNB x 8 queries: both operands
+// K-major in shared memory, kSteps k-steps of 16. Issued, not committed.
+template <class LA, class LB, int kSteps, bool kBF16, int kNB>
+__device__ __forceinline__ void bwd_scores_t(float (&d)[kNB][4], u32 a, u32 b, int wg) {
+    sm90::gemm_ss<kNB * 8, kSteps, kBF16, false, false, false>(
+        d, [&](int kk) { return LA::k_major(a, wg * 64, kk); }, [&](int kk, int c0) { return LB::k_major(b, c0, kk); });
+}
+
+// The step's arithmetic, in each thread's accumulator fragments of S^T and dP^T (rows: keys key0 and key0 + 8;
+// columns: queries nb * 8 + t2 (+ 1) of the step's block starting at m0), shared by bwd/sm90.cuh and bwd/sm90_ws.cuh.
+// P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the causal mask hides the key (`masked`: the block meets the
+// diagonal; query q sees keys <= q + shift), packed to 16 bits as dV's A fragments (and the value dS is computed
+// from, as bwd/mma.cuh).
+template <bool kBF16, int kNB>
+__device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4], const float* sLse, const BwdParams& p,
+                                        bool masked, int key0, int m0, int shift, int t2) {
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) {
+        const int c = nb * 8 + t2;
+        const float lse2[2] = {sLse[c], sLse[c + 1]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[nb][e] * p.scale_log2 - lse2[e & 1];
+            if (masked && key0 + 8 * (e >> 1) > m0 + c + (e & 1) + shift) x = neg_inf();
+            s[nb][e] = ptx::fast_exp2(x);
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kNB / 2; ++kk) pack_p<kBF16>(s, kk, pa[kk]);
+}
+// dS^T = P^T * (dP^T - D[query]), packed once: dK's A fragments (pack_p's order) and dQ's operand, rows r and r + 8
+// of the dS^T tile in shared memory (layout LdS).
+template <bool kBF16, int kNB, class LdS>
+__device__ __forceinline__ void bwd_ds_t(float (&dp)[kNB][4], const u32 (&pa)[kNB / 2][4], u32 (&dsa)[kNB / 2][4],
+                                         const float* sD, ptx::u16* sdS, int r, int t2) {
+#pragma unroll
+    for (int nb = 0; nb < kNB; ++nb) {
+        const int c = nb * 8 + t2;
+        const float d[2] = {sD[c], sD[c + 1]};
+        const u32 p16[2] = {pa[nb / 2][(nb & 1) * 2], pa[nb / 2][(nb & 1) * 2 + 1]};  // rows g, g + 8
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[nb][e] = ptx::unpack<kBF16>(p16[e >> 1], e & 1) * (dp[nb][e] - d[e & 1]);
+        u32* ds16 = &dsa[nb / 2][(nb & 1) * 2];
+        ds16[0] = ptx::pack2<kBF16>(dp[nb][0], dp[nb][1]);
+        ds16[1] = ptx::pack2<kBF16>(dp[nb][2], dp[nb][3]);
+        *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ds16[0];
+        *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ds16[1];
+    }
+}
+// dK (scaled) and dV of this thread's two keys from their accumulators (kAccQK, kAccV columns), to rows dk and dv of
+// the caller's layout (seq strides apart): keys below seqlen_k, the real columns; kShift: the tiles' columns lie sk
+// (sv) right of the row's.
+template <class T, int kAccQK, int kAccV, bool kShift>
+__device__ __forceinline__ void bwd_store_dkdv(const float (&acc_dk)[kAccQK / 8][4], const float (&acc_dv)[kAccV / 8][4],
+                                               ptx::u16* dk, ptx::u16* dv, const BwdParams& p, int key0, int seqlen_k,
+                                               int t2, int sk, int sv) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= seqlen_k) continue;
+        ptx::u16* dk_row = dk + key * p.dk_seq_stride;
+        ptx::u16* dv_row = dv + key * p.dv_seq_stride;
+#pragma unroll
+        for (int nb = 0; nb < kAccQK / 8; ++nb)
+            if (!kShift || nb * 8 + t2 >= sk)
+                store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2 - sk, acc_dk[nb][2 * h] * p.scale,
+                                                               acc_dk[nb][2 * h + 1] * p.scale);
+#pragma unroll
+        for (int nb = 0; nb < kAccV / 8; ++nb)
+            if (!kShift || nb * 8 + t2 >= sv)
+                store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2 - sv, acc_dv[nb][2 * h],
+                                                             acc_dv[nb][2 * h + 1]);
+    }
 }
 }  // namespace detail
 
@@ -233,14 +309,8 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     const int key0 = n0 + wg * 64 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
     float acc_dk[S::kAccQK / 8][4];
     float acc_dv[S::kAccV / 8][4];
-#pragma unroll
-    for (int nb = 0; nb < S::kAccQK / 8; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dk[nb][e] = 0.f;
-#pragma unroll
-    for (int nb = 0; nb < S::kAccV / 8; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dv[nb][e] = 0.f;
+    detail::zero_frags(acc_dk);
+    detail::zero_frags(acc_dv);
     const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV), adS = ptx::smem_u32(sdS);
 
     for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
@@ -258,9 +328,7 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         // and dV spilled at d128.)
         float s[S::kNB][4];
         wgmma::fence();
-        sm90::gemm_ss<T::kBlockM, T::kPadQK / 16, T::kBF16, false, false, false>(
-            s, [&](int kk) { return LK::k_major(aK, wg * 64, kk); },
-            [&](int kk, int c0) { return LQ::k_major(aQ, c0, kk); });
+        detail::bwd_scores_t<LK, LQ, T::kPadQK / 16, T::kBF16>(s, aK, aQ, wg);
         wgmma::commit();
         wgmma::wait<0>();
         sm90::fence_regs<S::kNB * 4>(&s[0][0]);
@@ -270,47 +338,19 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         const bool masked = T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q;
         const int shift = seqlen_k - seqlen_q;  // query q sees keys <= q + shift
         u32 pa[T::kBlockM / 16][4];
-#pragma unroll
-        for (int nb = 0; nb < S::kNB; ++nb) {
-            const int c = nb * 8 + t2;
-            const float lse2[2] = {sLse[c], sLse[c + 1]};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[nb][e] * p.scale_log2 - lse2[e & 1];
-                if (masked && key0 + 8 * (e >> 1) > m0 + c + (e & 1) + shift) x = detail::neg_inf();
-                s[nb][e] = ptx::fast_exp2(x);
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < T::kBlockM / 16; ++kk) detail::pack_p<T::kBF16>(s, kk, pa[kk]);
+        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, masked, key0, m0, shift, t2);
 
         // dP^T = V dO^T; dS^T = P^T * (dP^T - D[query]), packed as dK's A fragments and stored to shared memory
         // for dQ.
         float dp[S::kNB][4];
         wgmma::fence();
-        sm90::gemm_ss<T::kBlockM, T::kPadV / 16, T::kBF16, false, false, false>(
-            dp, [&](int kk) { return LV::k_major(aV, wg * 64, kk); },
-            [&](int kk, int c0) { return LdO::k_major(adO, c0, kk); });
+        detail::bwd_scores_t<LV, LdO, T::kPadV / 16, T::kBF16>(dp, aV, adO, wg);
         wgmma::commit();
         wgmma::wait<0>();
         sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
         sm90::fence_regs<T::kBlockM / 16 * 4>(&pa[0][0]);
         u32 dsa[T::kBlockM / 16][4];
-#pragma unroll
-        for (int nb = 0; nb < S::kNB; ++nb) {
-            const int c = nb * 8 + t2;
-            const float d[2] = {sD[c], sD[c + 1]};
-            const u32 p16[2] = {pa[nb / 2][(nb & 1) * 2], pa[nb / 2][(nb & 1) * 2 + 1]};  // rows g, g + 8
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dp[nb][e] = ptx::unpack<T::kBF16>(p16[e >> 1], e & 1) * (dp[nb][e] - d[e & 1]);
-            // Rows g and g + 8 of dS^T, packed once: dK's A fragment (detail::pack_p's order) and dQ's smem copy.
-            u32* ds16 = &dsa[nb / 2][(nb & 1) * 2];
-            ds16[0] = ptx::pack2<T::kBF16>(dp[nb][0], dp[nb][1]);
-            ds16[1] = ptx::pack2<T::kBF16>(dp[nb][2], dp[nb][3]);
-            const int r = wg * 64 + wq * 16 + g;
-            *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ds16[0];
-            *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ds16[1];
-        }
+        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, wg * 64 + wq * 16 + g, t2);
 
         // dV += P^T dO and dK += dS^T Q, one group; it runs while dS^T is published.
         wgmma::fence();
@@ -413,24 +453,8 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     // dK (scaled) and dV for this thread's two keys, to the caller's layout: rows below seqlen_k, real columns.
     u16* dk = static_cast<u16*>(p.dk) + k_off(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
     u16* dv = static_cast<u16*>(p.dv) + k_off(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key0 + 8 * h;
-        if (key >= seqlen_k) continue;
-        u16* dk_row = dk + key * p.dk_seq_stride;
-        u16* dv_row = dv + key * p.dv_seq_stride;
-#pragma unroll
-        for (int nb = 0; nb < S::kAccQK / 8; ++nb)
-            if (!S::kShiftRows || nb * 8 + t2 >= sk)
-                detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(dk_row, nb * 8 + t2 - sk,
-                                                                      acc_dk[nb][2 * h] * p.scale,
-                                                                      acc_dk[nb][2 * h + 1] * p.scale);
-#pragma unroll
-        for (int nb = 0; nb < S::kAccV / 8; ++nb)
-            if (!S::kShiftRows || nb * 8 + t2 >= sv)
-                detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv_row, nb * 8 + t2 - sv, acc_dv[nb][2 * h],
-                                                                    acc_dv[nb][2 * h + 1]);
-    }
+    detail::bwd_store_dkdv<T, S::kAccQK, S::kAccV, S::kShiftRows>(acc_dk, acc_dv, dk, dv, p, key0, seqlen_k, t2, sk,
+                                                                  sv);
 }
 
 }  // namespace rtattn

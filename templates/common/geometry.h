@@ -155,13 +155,14 @@ RTATTN_GEOMETRY int bwd_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int b
 // of block_n keys, `stages` buffers of the Q and dO tiles (block_m queries) with their rows' LSE and D (fp32), the
 // dS^T tile (block_n x block_m) and 16 bytes of varlen sizes. 16-bit tiles in the swizzled panel layouts
 // (sm90/tile_layout.cuh) of bwd_sm90_tile_cols columns, unpadded.
-// The Q and dO tiles are read N-major by the dK and dV GEMMs (and K by dQ's). Past a pad of 128 they are kept as
-// whole 64-column panels (pad 144 as 192 columns), so that dK and dV are one wgmma each, as wide as the accumulator,
-// across the panels (d132: 128 + 8 columns as two ran at 0.87x); where the tile is whole 64-column panels the
-// accumulators span the head dim rounded up to 8 (wgmma's N step; d132: 136 columns, not 144: 144 spilled in bf16).
-// Pads 80 and 96 keep their per-width panels and chunk the GEMMs by them (sm90::for_each_chunk), accumulators of
-// the pad.
-RTATTN_GEOMETRY int bwd_sm90_tile_cols(int pad) { return pad > 128 ? round_up(pad, 64) : pad; }
+// The Q and dO tiles are read N-major by the dK and dV GEMMs (and K by dQ's). Past a pad of 96 they are kept as
+// whole 64-column panels (pad 144 as 192 columns, pad 112 as 128), so that dK and dV are one wgmma each, as wide as
+// the accumulator, across the panels (d132: 128 + 8 columns as two ran at 0.87x; pad 112, which this kernel serves
+// only as bwd_sm90_ws's fallback, spilled 8-16 bytes causal in 64 + 32 + 16 chunks); where the tile is whole
+// 64-column panels the accumulators span the head dim rounded up to 8 (wgmma's N step; d132: 136 columns, not 144:
+// 144 spilled in bf16). Pads 80 and 96 keep their per-width panels and chunk the GEMMs by them
+// (sm90::for_each_chunk), accumulators of the pad.
+RTATTN_GEOMETRY int bwd_sm90_tile_cols(int pad) { return pad > 96 ? round_up(pad, 64) : pad; }
 RTATTN_GEOMETRY bool bwd_sm90_whole(int pad) { return bwd_sm90_tile_cols(pad) % 64 == 0; }
 RTATTN_GEOMETRY int bwd_sm90_acc_cols(int head_dim, int pad) {
     return bwd_sm90_whole(pad) ? round_up(head_dim, 8) : pad;
@@ -178,6 +179,13 @@ RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
            2 * ((block_n + stages * block_m) * (bwd_sm90_tile_cols(pad_qk) + bwd_sm90_tile_cols(pad_v)) +
                 block_n * block_m) +
            8 * stages * block_m + 16;
+}
+// Warp-specialized Hopper backward (bwd/sm90_ws.cuh): the dQ staging tile, K and V, `stages` slots of Q and dO, two
+// dS^T buffers (a step writes the one its predecessor's predecessor read), the slots' LSE and D, 2 x stages + 4
+// mbarriers, 16 bytes of varlen sizes. Pads of at most 128, per-width panels.
+RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
+    return 4 * block_m * bwd_dq_stride(pad_qk) + 2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
+           8 * stages * block_m + 8 * (2 * stages + 4) + 16;
 }
 
 // Decode (dec/mma.cuh): the query rows' tile and `stages` K/V tiles of block_n keys in padded rows; after the key

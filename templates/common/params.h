@@ -161,4 +161,16 @@ struct FwdParamsTma {
     int k_col_step, v_col_step, k_head_step, v_head_step;
 };
 
+// Parameters of the warp-specialized Hopper backward (bwd/sm90_ws.cuh): the common block and tensor maps of Q and dO
+// (one per panel width, as FwdParamsTma's whole-row maps; box = panel width x kBlockM rows). Dims are (head_dim, seq,
+// head, batch) when tma_seq_dim is 1, (head_dim, head, seq, batch) when 2; packed sequences are one batch of total_q
+// rows. Where no map can be encoded (a base or stride not 16-byte aligned, or RTATTN_TMA=0) the launch runs the
+// module's other main kernel, bwd/sm90.cuh's, instead.
+struct BwdParamsTma {
+    BwdParams p;
+    TmaMap q_map[4];
+    TmaMap do_map[4];
+    int tma_seq_dim;
+};
+
 }  // namespace rtattn

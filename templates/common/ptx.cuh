@@ -163,6 +163,14 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const void* map, int c0, in
         : "memory");
 }
 
+// Bulk copy (sm_90): `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing on `bar` as a TMA box does.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 // Bulk reduction (sm_90): adds `bytes` of fp32 from shared memory into global memory, element by element, in one
 // asynchronous operation; the source must stay untouched until bulk_wait_read says it has been read. 16-byte
 // aligned addresses, a multiple of 16 bytes.

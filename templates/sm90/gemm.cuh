@@ -8,6 +8,13 @@
 #include "sm90/tile_layout.cuh"
 
 namespace rtattn {
+namespace detail {
+template <int N>
+struct IntC {  // a width as a type, for a generic lambda's compile-time use
+    static constexpr int value = N;
+};
+}  // namespace detail
+
 namespace sm90 {
 
 using detail::u16;

@@ -1,0 +1,336 @@
+// Hopper (sm_90a) warp-specialized backward: bwd/sm90.cuh's GEMMs (S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+// dK += dS^T Q, dQ = dS K) with the loads and the dQ reductions taken off the consumers.
+//
+//   consumers  warpgroups 0 and 1, 64 of the CTA's 128 keys each, dK and dV in registers across the walk. Per step
+//              S^T and dP^T are issued back to back, P^T is computed while dP^T runs; dV is issued before the two
+//              warpgroups exchange dS^T (shared memory, two buffers: a step writes the one its predecessor's
+//              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its 64-column panel
+//              over all 128 keys) and dK; dQ is staged while dK runs.
+//   producer   warpgroup 2 on few registers (setmaxnreg): its threads load K and V once (cp.async, rows past
+//              seqlen_k zero); warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots (TMA, one
+//              thread; cp.async by the warp where no map could be encoded, and for a packed sequence's last query
+//              block, whose rows past the sequence must be zero, not the next sequence's); warp 1 adds each step's
+//              staged dQ into the fp32 accumulator by one bulk reduction (in key-block order when deterministic).
+//
+// Handshakes (mbarriers): full[s] (Q, dO, LSE, D of slot s landed: one arrival with the bytes), empty[s] (every
+// consumer warp is done with the slot), kv (K and V landed: every producer thread), dq_full (both warpgroups staged
+// this step's dQ: every consumer warp), dq_empty (the reduction has read the staging tile). A slot's or barrier's
+// k-th use waits for phase parity k & 1.
+//
+// Rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
+// seqlen_k are zero, so their dQ terms are 0 and their dK/dV rows are never stored (bwd/sm90.cuh).
+#pragma once
+#include "common/epilogue.cuh"
+#include "common/geometry.h"
+#include "common/load.cuh"
+#include "common/params.h"
+#include "common/ptx.cuh"
+#include "common/seq.cuh"
+#include "common/softmax.cuh"
+#include "sm90/gemm.cuh"
+#include "sm90/load.cuh"
+#include "sm90/tile_layout.cuh"
+#include "bwd/rows.cuh"
+#include "bwd/sm90.cuh"
+
+namespace rtattn {
+
+// Traits (from the rendered stub): those of bwd/sm90.cuh (kWarps: the consumers' 8), with pads of at most 128 and
+// head dims that are multiples of 8 (TMA boxes start 16-byte aligned), kStages 2.
+template <class T>
+struct BwdShapeSm90Ws {
+    static constexpr int kConsumerThreads = T::kWarps * 32;
+    static constexpr int kThreads = kConsumerThreads + 128;
+    static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);
+    static constexpr int kKElems = T::kBlockN * T::kPadQK, kVElems = T::kBlockN * T::kPadV;
+    static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
+    static constexpr int kdSElems = T::kBlockN * T::kBlockM;
+    static constexpr int kNB = T::kBlockM / 8;
+    static constexpr int kSmemBytes =
+        geometry::bwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
+    // Registers: the consumers hold dK and dV (pad_qk + pad_v floats a thread) with S^T, dP^T and dQ in flight.
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+    static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
+    static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs, "register split");
+    static_assert(T::kPadQK <= 128 && T::kPadV <= 128 && T::kPadQK > 64, "pads 80..128: dQ split at column 64");
+    static_assert(T::kBlockM == 64 && T::kBlockN == 128 && T::kWarps == 8, "two warpgroups of 64 keys, 64 queries");
+    static_assert(T::kStages >= 1 && T::kStages <= 2, "one or two Q/dO slots");
+};
+
+namespace detail {
+// Rows [valid, 64) of a 64-row tile set to zero by one warp, 16 bytes a store.
+template <class L, int kCols>
+__device__ __forceinline__ void zero_rows(ptx::u16* s, int valid, int lane) {
+    constexpr int kChunks = kCols / 8;
+    for (int i = lane; i < (64 - valid) * kChunks; i += 32) {
+        const int r = valid + i / kChunks;
+        *reinterpret_cast<uint4*>(s + L::offset(r, i % kChunks * 8)) = make_uint4(0, 0, 0, 0);
+    }
+}
+}  // namespace detail
+
+// The module's other main kernel, for launches whose Q or dO no tensor map can address: bwd/sm90.cuh's (its loads are
+// every thread's cp.async) with one Q/dO buffer, as its table row for these pads.
+template <class T>
+struct BwdSm90Fallback : T {
+    static constexpr int kStages = 1;
+};
+
+template <class T>
+__device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
+    using S = BwdShapeSm90Ws<T>;
+    using ptx::u16;
+    using ptx::u32;
+    const BwdParams& p = pt.p;
+    constexpr int kSt = T::kStages;
+    using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
+    using LV = sm90::TileLayout<T::kBlockN, T::kPadV, true>;
+    using LQ = sm90::TileLayout<T::kBlockM, T::kPadQK, true>;
+    using LdO = sm90::TileLayout<T::kBlockM, T::kPadV, true>;
+    using LdS = sm90::TileLayout<T::kBlockN, T::kBlockM, true>;
+
+    // Shared memory (geometry::bwd_sm90_ws_smem_bytes): the dQ staging tile, K, V, kSt slots of Q and dO, two dS^T
+    // buffers, the slots' LSE and D rows, the barriers, the varlen sizes.
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    float* sdQ = reinterpret_cast<float*>(smem_raw);
+    u16* sK = reinterpret_cast<u16*>(smem_raw + 4 * T::kBlockM * S::kDqStride);
+    u16* sV = sK + S::kKElems;
+    u16* sQ0 = sV + S::kVElems;
+    u16* sdO0 = sQ0 + kSt * S::kQElems;
+    u16* sdS0 = sdO0 + kSt * S::kdOElems;
+    float* sLse0 = reinterpret_cast<float*>(sdS0 + 2 * S::kdSElems);
+    float* sD0 = sLse0 + kSt * T::kBlockM;
+    const u32 bars = ptx::smem_u32(sD0 + kSt * T::kBlockM);
+    auto full = [&](int st) { return bars + 8 * st; };
+    auto empty = [&](int st) { return bars + 8 * (kSt + st); };
+    const u32 kv_bar = bars + 16 * kSt, dq_full = kv_bar + 8, dq_empty = kv_bar + 16, landed = kv_bar + 24;
+    int* sSeq = reinterpret_cast<int*>(smem_raw + S::kSmemBytes - 16);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int n_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int kv_head = blockIdx.y, batch = blockIdx.z;
+    const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
+    const int n0 = n_block * T::kBlockN;
+    if constexpr (T::kVarlen) {
+        if (n0 >= seq.seqlen_k) return;
+    }
+    const auto view = detail::bwd_seq_view<T::kVarlen>(seq, batch, sSeq, tid);
+    const auto seqlen_q = view.seqlen_q, seqlen_k = view.seqlen_k;
+
+    // The walk (bwd/sm90.cuh): every query block this key block is seen from, for each query head of the group.
+    const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
+    const int m_begin = first_row / T::kBlockM;
+    const int steps = (m_blocks - m_begin) * p.q_per_kv;
+    auto next_step = [&](int& head, int& m_block) {
+        if (++m_block == m_blocks) m_block = m_begin, ++head;
+    };
+
+    // K's and V's pad columns zero once (cp.async never writes them; Q's and dO's arrive as zeros from TMA), and the
+    // staging rows' tail, which the reduction adds into the workspace's padding.
+    detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, S::kThreads>(sK, tid, LK::offset);
+    detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, S::kThreads>(sV, tid, LV::offset);
+    constexpr int kDqTail = S::kDqStride - T::kPadQK;
+    for (int i = tid; i < T::kBlockM * kDqTail; i += S::kThreads)
+        sdQ[i / kDqTail * S::kDqStride + T::kPadQK + i % kDqTail] = 0.f;
+    if (tid == 0) {
+        for (int st = 0; st < kSt; ++st) {
+            ptx::mbar_init(full(st), 1);
+            ptx::mbar_init(empty(st), T::kWarps);
+        }
+        ptx::mbar_init(kv_bar, 128);
+        ptx::mbar_init(dq_full, T::kWarps);
+        ptx::mbar_init(dq_empty, 1);
+        ptx::mbar_init(landed, 1);
+    }
+    wgmma::fence_proxy_async();  // the zeroed columns, visible to wgmma and the bulk reduction
+    __syncthreads();
+
+    if (wg == 2) {
+        ptx::setmaxnreg_dec<S::kProducerRegs>();
+        if (steps <= 0) return;
+        const int ptid = tid - S::kConsumerThreads;
+        auto k_off = [&](long long batch_stride, long long seq_stride) { return view.k_off(batch_stride, seq_stride); };
+        const u16* gK = static_cast<const u16*>(p.k) + k_off(p.k_batch_stride, p.k_seq_stride) +
+                        kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
+        const u16* gV = static_cast<const u16*>(p.v) + k_off(p.v_batch_stride, p.v_seq_stride) +
+                        kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
+        sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, 128, T::kBlockN, 1>(
+            sK, gK, p.k_seq_stride, seqlen_k - n0, ptid);
+        sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, true, T::kVecV, 128, T::kBlockN, 1>(
+            sV, gV, p.v_seq_stride, seqlen_k - n0, ptid);
+        ptx::mbar_arrive_cp_async(kv_bar);
+
+        int head = kv_head * p.q_per_kv, m_block = m_begin;
+        if (warp == 8) {
+            // Q, dO, LSE, D of each step into slot i % kSt, all by TMA and bulk copies from one thread. A packed
+            // sequence's last query block takes the next sequence's rows past its end: its tiles land on `landed`
+            // first, and the warp zeroes those rows before the slot is marked full.
+            for (int i = 0; i < steps; ++i) {
+                // The step's head and query block from i alone: the producer's registers hold little across steps.
+                const int in_head = i / (m_blocks - m_begin);
+                const int head = kv_head * p.q_per_kv + in_head;
+                const int m0 = (m_begin + i - in_head * (m_blocks - m_begin)) * T::kBlockM;
+                const int st = i % kSt;
+                u16* sQ = sQ0 + st * S::kQElems;
+                u16* sdO = sdO0 + st * S::kdOElems;
+                if (i >= kSt) ptx::mbar_wait(empty(st), ((i / kSt) & 1) ^ 1);
+                const int valid = seqlen_q - m0;
+                const bool tail = T::kVarlen && valid < T::kBlockM;
+                if (lane == 0) {
+                    const u32 bar = tail ? landed : full(st);
+                    ptx::mbar_arrive_expect_tx(bar, 2 * (S::kQElems + S::kdOElems) + (tail ? 0 : 8 * T::kBlockM));
+                    const int row = (T::kVarlen ? int(view.q_begin) : 0) + m0;
+                    const int b = T::kVarlen ? 0 : batch;
+                    const int c1 = pt.tma_seq_dim == 1 ? row : head, c2 = pt.tma_seq_dim == 1 ? head : row;
+                    LQ::for_each_panel([&](int kind, int col, int offset) {
+                        ptx::tma_load_4d(ptx::smem_u32(sQ) + offset, &pt.q_map[kind], col, c1, c2, b, bar);
+                    });
+                    LdO::for_each_panel([&](int kind, int col, int offset) {
+                        ptx::tma_load_4d(ptx::smem_u32(sdO) + offset, &pt.do_map[kind], col, c1, c2, b, bar);
+                    });
+                }
+                if (tail) {
+                    ptx::mbar_wait(landed, in_head & 1);  // a head's last block is its only tail
+                    detail::zero_rows<LQ, T::kPadQK>(sQ, valid, lane);
+                    detail::zero_rows<LdO, T::kPadV>(sdO, valid, lane);
+                    wgmma::fence_proxy_async();  // the zeros, visible to the consumers' wgmma
+                    __syncwarp();
+                }
+                if (lane == 0) {
+                    const u32 bar = full(st);
+                    if (tail) ptx::mbar_arrive_expect_tx(bar, 8 * T::kBlockM);
+                    // The workspace has m_pad rows per head (a multiple of kBlockM): never read past.
+                    const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
+                    ptx::bulk_load(ptx::smem_u32(sLse0 + st * T::kBlockM), p.lse2 + ws, 4 * T::kBlockM, bar);
+                    ptx::bulk_load(ptx::smem_u32(sD0 + st * T::kBlockM), p.delta + ws, 4 * T::kBlockM, bar);
+                }
+            }
+        } else if (warp == 9 && lane == 0) {
+            // Each step's staged dQ into the accumulator rows of its query block.
+            for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
+                const int m0 = m_block * T::kBlockM;
+                ptx::mbar_wait(dq_full, i & 1);
+                const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
+                int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
+                if (p.deterministic) {
+                    const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
+                    const int my_turn =
+                        (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
+                                    : n_keys_last) -
+                        n_block;
+                    while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
+                    }
+                }
+                ptx::bulk_reduce_add_f32(p.dq_accum + (ws_head + m0) * S::kDqStride, ptx::smem_u32(sdQ),
+                                         4 * T::kBlockM * S::kDqStride);
+                ptx::bulk_commit();
+                if (p.deterministic) {
+                    ptx::bulk_wait<0>();
+                    __threadfence();
+                    atomicAdd(turn, 1);
+                } else {
+                    ptx::bulk_wait_read<0>();
+                }
+                ptx::mbar_arrive(dq_empty);
+            }
+        }
+        return;
+    }
+
+    ptx::setmaxnreg_inc<S::kConsumerRegs>();
+    const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
+    const int key0 = n0 + wg * 64 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
+    float acc_dk[T::kPadQK / 8][4];
+    float acc_dv[T::kPadV / 8][4];
+    detail::zero_frags(acc_dk);
+    detail::zero_frags(acc_dv);
+    const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV);
+    if (steps > 0) ptx::mbar_wait(kv_bar, 0);
+    wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before this thread's wgmma
+
+    int head = kv_head * p.q_per_kv, m_block = m_begin;
+    for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
+        const int st = kSt > 1 ? i % kSt : 0;
+        const int m0 = m_block * T::kBlockM;
+        const u32 aQ = ptx::smem_u32(sQ0 + st * S::kQElems), adO = ptx::smem_u32(sdO0 + st * S::kdOElems);
+        u16* sdS = sdS0 + (i & 1) * S::kdSElems;
+        const u32 adS = ptx::smem_u32(sdS);
+        const float* sLse = sLse0 + st * T::kBlockM;
+        const float* sD = sD0 + st * T::kBlockM;
+        ptx::mbar_wait(full(st), (i / kSt) & 1);
+        wgmma::fence_proxy_async();
+
+        // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys, in flight together.
+        float s[S::kNB][4];
+        float dp[S::kNB][4];
+        wgmma::fence();
+        detail::bwd_scores_t<LK, LQ, T::kPadQK / 16, T::kBF16>(s, aK, aQ, wg);
+        wgmma::commit();
+        detail::bwd_scores_t<LV, LdO, T::kPadV / 16, T::kBF16>(dp, aV, adO, wg);
+        wgmma::commit();
+        wgmma::wait<1>();
+        sm90::fence_regs<S::kNB * 4>(&s[0][0]);
+
+        // P^T, then dS^T once dP^T is in (bwd/sm90.cuh's arithmetic).
+        const bool masked = T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q;
+        u32 pa[T::kBlockM / 16][4];
+        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, masked, key0, m0, seqlen_k - seqlen_q, t2);
+        wgmma::wait<0>();
+        sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
+        u32 dsa[T::kBlockM / 16][4];
+        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, wg * 64 + wq * 16 + g, t2);
+
+        // dV += P^T dO while the warpgroups exchange dS^T.
+        wgmma::fence();
+        sm90::gemm_rs<T::kPadV, T::kBlockM / 16, T::kBF16, true>(
+            acc_dv, pa, [&](int kk, int c0) { return LdO::n_major(adO, kk, c0); });
+        wgmma::commit();
+        wgmma::fence_proxy_async();   // dS^T's stores, visible to wgmma
+        ptx::bar_sync(1, S::kConsumerThreads);
+
+        // dQ (this warpgroup's columns over all 128 keys), then dK += dS^T Q; dQ is staged while dK runs.
+        auto dq_then_dk = [&](auto width, int c_first) {
+            constexpr int kW = decltype(width)::value;
+            float dq[kW / 8][4];
+            sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
+                dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
+                [&](int kk, int c0) { return LK::n_major(aK, kk, c_first + c0); });
+            wgmma::commit();
+            sm90::gemm_rs<T::kPadQK, T::kBlockM / 16, T::kBF16, true>(
+                acc_dk, dsa, [&](int kk, int c0) { return LQ::n_major(aQ, kk, c0); });
+            wgmma::commit();
+            wgmma::wait<1>();  // dV and dQ done
+            sm90::fence_regs<kW / 2>(&dq[0][0]);
+            sm90::fence_regs<T::kPadV / 2>(&acc_dv[0][0]);
+            if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
+#pragma unroll
+            for (int nb = 0; nb < kW / 8; ++nb) {
+                float* row = sdQ + (wq * 16 + g) * S::kDqStride + c_first + nb * 8 + t2;
+                *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
+                *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
+            }
+        };
+        if (wg == 0)
+            dq_then_dk(detail::IntC<64>(), 0);
+        else
+            dq_then_dk(detail::IntC<T::kPadQK - 64>(), 64);
+        ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(dq_full);
+        wgmma::wait<0>();
+        sm90::fence_regs<T::kPadQK / 2>(&acc_dk[0][0]);
+        sm90::fence_regs<T::kBlockM / 4>(&pa[0][0]);
+        sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(empty(st));  // this warp is done with the slot
+    }
+
+    // dK (scaled) and dV for this thread's two keys: rows below seqlen_k, real columns.
+    u16* dk = static_cast<u16*>(p.dk) + view.k_off(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
+    u16* dv = static_cast<u16*>(p.dv) + view.k_off(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
+    detail::bwd_store_dkdv<T, T::kPadQK, T::kPadV, false>(acc_dk, acc_dv, dk, dv, p, key0, seqlen_k, t2, 0, 0);
+}
+
+}  // namespace rtattn
