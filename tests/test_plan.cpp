@@ -507,9 +507,9 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 80..144, the mma.sync one
         CAPTURE(d);
         AttentionConfig c = cfg(d, "sm_90a");
         const auto p = rtattn::plan::plan_backward(c);
-        // Head dims of 8 at pads 80..128: the warp-specialized kernel (TMA boxes of whole rows); the others of pads
-        // 80, 96, 128 and 144: bwd_sm90.
-        const bool ws = d > 64 && d <= 128 && d % 8 == 0;
+        // Head dims of 8 at pads 80..128 and of 4 at pad 144: the warp-specialized kernel (TMA boxes, from the
+        // 16-byte boundary before d132's and d140's rows); the others of pads 80, 96, 128 and 144: bwd_sm90.
+        const bool ws = (d > 64 && d <= 128 && d % 8 == 0) || (d > 128 && d <= 144 && d % 4 == 0);
         const bool wgmma = !ws && ((d > 64 && d <= 96) || (d > 112 && d <= 144));
         CHECK((p.family == &rtattn::kernels::bwd_sm90_ws()) == ws);
         CHECK((p.family == &rtattn::kernels::bwd_sm90()) == wgmma);

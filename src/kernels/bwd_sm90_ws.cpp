@@ -1,6 +1,8 @@
 // The warp-specialized Hopper backward family (templates/bwd/sm90_ws.cuh): bwd_sm90's GEMMs on two consumer
 // warpgroups, a producer warpgroup streaming Q and dO by TMA (maps encoded per launch) and adding dQ into the
-// accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned), pads 80..128.
+// accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned) at pads 80..128, and d132..144
+// of 4 (d132's rows placed as they lie).
+#include <cstdint>
 #include <set>
 #include <vector>
 
@@ -13,20 +15,42 @@ namespace rtattn::kernels {
 
 namespace {
 
-// Q and dO maps: whole rows as the forward's K/V maps, dims ordered by the smaller of the seq and head strides (both
-// tensors alike, as the kernel orders their box coordinates once); false where a map cannot be encoded.
+// One of Q's or dO's maps (box = panel width x block_m rows) and how a head's boxes step (BwdParamsTma): whole rows
+// with a head dimension; shifted rows (d132, d140) over every head's columns of a seq row, where each head's rows
+// start alike (seq and batch strides of 16-byte multiples) at 0 or 8 bytes past a 16-byte boundary (a head stride of
+// a multiple of 4 elements) and the heads lie within a seq row. False where no map can be encoded.
+bool encode_rows(const plan::BackwardPlan& p, const TensorArg& t, int dim, int pad, int rows, int heads, int batch,
+                 TmaMap* maps, int& col_step, int& seq_dim) {
+    tma::View v = tma::whole_rows(t, dim, rows, heads, batch);
+    if (!geometry::bwd_sm90_ws_shift_rows(p.head_dim_qk, p.pad_qk)) {
+        seq_dim = t.seq_stride <= t.head_stride ? 1 : 2;
+        col_step = 0;
+        return tma::encode_panels(maps, v, pad, p.block_m, p.bf16, seq_dim);
+    }
+    const auto stepped = [](std::int64_t extent, std::int64_t stride) { return extent <= 1 || stride % 8 == 0; };
+    if (!stepped(rows, t.seq_stride) || !stepped(batch, t.batch_stride) || (heads > 1 && t.head_stride % 4 != 0))
+        return false;
+    const std::int64_t packed_cols = std::int64_t(heads - 1) * t.head_stride + dim;
+    if (heads > 1 && packed_cols > t.seq_stride) return false;
+    if (packed_cols + pad >= (std::int64_t(1) << 31)) return false;  // box coordinates are 32-bit
+    v.cols = int(packed_cols), v.head = {1, 0};
+    col_step = int(t.head_stride), seq_dim = 1;
+    return tma::encode_panels(maps, v, pad, p.block_m, p.bf16, seq_dim);
+}
+
+// Both tensors' maps, ordered alike (the kernel computes their box coordinates once).
 bool encode_q_maps(const BackwardLaunch& l, BwdParamsTma& out) {
     const BackwardCall& a = l.call;
     const plan::BackwardPlan& p = l.plan;
     const int heads = l.config.num_heads_q;
     const int rows = p.varlen ? a.total_q : a.seqlen_q, batch = p.varlen ? 1 : a.batch;
-    const int seq_dim = a.q.seq_stride <= a.q.head_stride ? 1 : 2;
-    if ((a.dout.seq_stride <= a.dout.head_stride ? 1 : 2) != seq_dim) return false;
-    out.tma_seq_dim = seq_dim;
-    return tma::encode_panels(out.q_map, tma::whole_rows(a.q, p.head_dim_qk, rows, heads, batch), p.pad_qk, p.block_m,
-                              p.bf16, seq_dim) &&
-           tma::encode_panels(out.do_map, tma::whole_rows(a.dout, p.head_dim_v, rows, heads, batch), p.pad_v,
-                              p.block_m, p.bf16, seq_dim);
+    int q_seq_dim = 0, do_seq_dim = 0;
+    if (!encode_rows(p, a.q, p.head_dim_qk, p.pad_qk, rows, heads, batch, out.q_map, out.q_col_step, q_seq_dim) ||
+        !encode_rows(p, a.dout, p.head_dim_v, p.pad_v, rows, heads, batch, out.do_map, out.do_col_step, do_seq_dim))
+        return false;
+    out.tma_seq_dim = q_seq_dim;
+    out.head_step = out.q_col_step ? 0 : 1;
+    return q_seq_dim == do_seq_dim && (out.q_col_step == 0) == (out.do_col_step == 0);
 }
 
 constexpr int kFallbackIndex = 3;  // after the main kernel and the row kernels
@@ -52,13 +76,15 @@ public:
         // fallback kernel's.
         std::set<int> ss, rs;
         bwd_sm90_widths(p, ss, rs);
-        for (int n : {p.block_m, 64, p.pad_qk - 64})
+        const int acc_qk = geometry::bwd_sm90_ws_acc_cols(p.head_dim_qk, p.pad_qk);
+        for (int n : {p.block_m, 64, acc_qk - 64})
             for (int w : sm90::chunk_widths(n)) ss.insert(w);
-        for (int n : {p.pad_qk, p.pad_v})
+        for (int n : {acc_qk, geometry::bwd_sm90_ws_acc_cols(p.head_dim_v, p.pad_v)})
             for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
                                              std::vector<int>(rs.begin(), rs.end()), p.bf16);
-        // Where no map can be encoded: bwd/sm90.cuh's kernel (the same widths), entry kFallbackIndex.
+        // Where no map can be encoded, or shifted rows of a group lie differently: bwd/sm90.cuh's kernel (the same
+        // widths), entry kFallbackIndex.
         s.entries.push_back({"rtattn_bwd_main_cp", "const rtattn::BwdParams params",
                              "rtattn::flash_bwd_sm90<rtattn::BwdSm90Fallback<Traits>>(params)", p.warps * 32});
         return s;
@@ -66,7 +92,12 @@ public:
     void launch(const BackwardLaunch& l) const override {
         BwdParamsTma prm{};
         prm.p = backward_params(l);
-        if (!tma::disabled() && encode_q_maps(l, prm)) return launch_backward(l, prm.p, &prm);
+        // Shifted rows need every query head of a group placed alike (the kernel's tiles follow the group's first
+        // head): MHA, or head strides of 8-element multiples.
+        const bool mapped = !tma::disabled() && encode_q_maps(l, prm);
+        const bool alike = l.config.num_heads_q == l.config.num_heads_kv ||
+                           (prm.q_col_step % 8 == 0 && prm.do_col_step % 8 == 0);
+        if (mapped && alike) return launch_backward(l, prm.p, &prm);
         launch_backward(l, prm.p, &prm.p,
                         {kFallbackIndex, l.plan.warps * 32,
                          geometry::bwd_sm90_smem_bytes(l.plan.pad_qk, l.plan.pad_v, l.plan.block_m, l.plan.block_n, 1)});

@@ -25,7 +25,8 @@ struct BwdTileRow {
     int stages;
     const char* why;
     bool equal_dims = false;  // serves d_qk = d_v only
-    bool dims_of_8 = false;   // serves d_qk and d_v multiples of 8 (TMA boxes of whole rows), pad_qk past 64
+    int dims_of = 1;          // serves d_qk and d_v multiples of this (TMA boxes start 16-byte aligned); past 1, a
+                              // warp-specialized row, whose dQ splits at column 64: pad_qk past 64 too
 };
 
 using kernels::bwd_mma;
@@ -43,7 +44,14 @@ constexpr BwdTileRow kBwdTiles[] = {
      "Q/dO into two slots, dQ reductions), S^T and dP^T in flight together, dQ staged while dK runs (H200, S=4k and "
      "16k, causal or not: d128 1.33-1.37x bwd_sm90, d120 1.34-1.41x, d96 1.26-1.31x, d80 1.24-1.27x; d104/d112 "
      "1.47-1.61x the mma.sync kernel)",
-     false, true},
+     false, 8},
+    {bwd_sm90_ws, 144, 144, 64, 128, 8, 0, 0, 0, 2,
+     "sm_90a, d132, 136, 140, 144 (d_qk = d_v): as the row above, 144-column tiles in per-width panels (two slots "
+     "fit 227 KB; bwd_sm90's 192-column ones do not), accumulators of the head dim rounded to 8; d132's and d140's "
+     "rows placed 0 or 4 columns right as they lie, by TMA from the 16-byte boundary before them (columns outside "
+     "zeroed once landed; groups whose heads lie differently run bwd_sm90's kernel) (H200, S=4k and 16k: d132 "
+     "1.31-1.39x bwd_sm90, d136 1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x)",
+     true, 4},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "
      "bytes): as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 1.26-1.33x the "
@@ -159,7 +167,7 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
         const kernels::BackwardFamily& f = row.family();
         if (pad < row.min_pad || pad > row.max_pad || !f.runs_on(ai)) continue;
         if (row.equal_dims && p.head_dim_qk != p.head_dim_v) continue;
-        if (row.dims_of_8 && (p.head_dim_qk % 8 || p.head_dim_v % 8 || p.pad_qk <= 64)) continue;
+        if (row.dims_of > 1 && (p.head_dim_qk % row.dims_of || p.head_dim_v % row.dims_of || p.pad_qk <= 64)) continue;
         if (&f == &kernels::bwd_sm90_ws() && warp_specialized_off()) continue;
         BackwardPlan cand = p;
         cand.family = &f;

@@ -35,8 +35,8 @@
 
 namespace rtattn {
 
-// Traits (from the rendered stub): those of bwd/sm90.cuh (kWarps: the consumers' 8), with pads of at most 128 and
-// head dims that are multiples of 8 (TMA boxes start 16-byte aligned), kStages 2.
+// Traits (from the rendered stub): those of bwd/sm90.cuh (kWarps: the consumers' 8), with pads 80..144 and head dims
+// that are multiples of 8, or of 4 at pad 144 (TMA boxes start 16-byte aligned: kShiftRows), kStages 2.
 template <class T>
 struct BwdShapeSm90Ws {
     static constexpr int kConsumerThreads = T::kWarps * 32;
@@ -46,6 +46,17 @@ struct BwdShapeSm90Ws {
     static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
     static constexpr int kNB = T::kBlockM / 8;
+    // dK, dV (and dQ) accumulators: the pad, or past 128 the head dim rounded to 8 (d136: 136, not 144).
+    static constexpr int kAccQK = geometry::bwd_sm90_ws_acc_cols(T::kHeadDimQK, T::kPadQK);
+    static constexpr int kAccV = geometry::bwd_sm90_ws_acc_cols(T::kHeadDimV, T::kPadV);
+    // Head dims of 4 mod 8 at pad 144 (d132, d140; d_qk = d_v): rows whose packed heads start 8 bytes off 16 in
+    // every other head. Each tile holds its rows placed 0 or 4 columns right, as they lie (K and V as the CTA's
+    // first query head's Q and dO rows); a TMA box starts at the 16-byte boundary at or before the row, and the
+    // producer zeroes the columns outside it once the tile lands. The launch sends here only calls whose query heads
+    // of a group lie alike (MHA, or head strides of 8-element multiples); groups that alternate run bwd_sm90's
+    // kernel (an 8-byte cp.async hand-over to producer warps 10-11 for the other heads ran the 70B layer's d132
+    // backward at 0.79x it, H200).
+    static constexpr bool kShiftRows = geometry::bwd_sm90_ws_shift_rows(T::kHeadDimQK, T::kPadQK);
     static constexpr int kSmemBytes =
         geometry::bwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
     // Registers: the consumers hold dK and dV (pad_qk + pad_v floats a thread) with S^T, dP^T and dQ in flight.
@@ -53,9 +64,11 @@ struct BwdShapeSm90Ws {
     static constexpr int kConsumerRegs = 240;
     static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs, "register split");
-    static_assert(T::kPadQK <= 128 && T::kPadV <= 128 && T::kPadQK > 64, "pads 80..128: dQ split at column 64");
+    static_assert(T::kPadQK <= 144 && T::kPadV <= 144 && T::kPadQK > 64, "pads 80..144: dQ split at column 64");
     static_assert(T::kBlockM == 64 && T::kBlockN == 128 && T::kWarps == 8, "two warpgroups of 64 keys, 64 queries");
     static_assert(T::kStages >= 1 && T::kStages <= 2, "one or two Q/dO slots");
+    static_assert(!kShiftRows || (T::kHeadDimQK == T::kHeadDimV && T::kVecQK == 4 && T::kHeadDimQK + 4 <= kAccQK),
+                  "shifted rows: d_qk = d_v on 8-byte vectors, 4 columns of room");
 };
 
 namespace detail {
@@ -66,6 +79,17 @@ __device__ __forceinline__ void zero_rows(ptx::u16* s, int valid, int lane) {
     for (int i = lane; i < (64 - valid) * kChunks; i += 32) {
         const int r = valid + i / kChunks;
         *reinterpret_cast<uint4*>(s + L::offset(r, i % kChunks * 8)) = make_uint4(0, 0, 0, 0);
+    }
+}
+// The columns of a 64-row tile outside rows placed `shift` (0 or 4) columns right, zero: [0, shift) and
+// [shift + kHeadDim, kCols), 4 at a time (8-byte stores), by one warp.
+template <class L, int kHeadDim, int kCols>
+__device__ __forceinline__ void zero_outside(ptx::u16* s, int shift, int lane) {
+    constexpr int kPieces = (kCols - kHeadDim) / 4;  // per row, whatever the shift
+    for (int i = lane; i < 64 * kPieces; i += 32) {
+        const int r = i / kPieces, j = i % kPieces;
+        const int c = 4 * j < shift ? 4 * j : kHeadDim + 4 * j;
+        *reinterpret_cast<uint2*>(s + L::offset(r, c)) = make_uint2(0, 0);
     }
 }
 }  // namespace detail
@@ -126,14 +150,21 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     auto next_step = [&](int& head, int& m_block) {
         if (++m_block == m_blocks) m_block = m_begin, ++head;
     };
+    // Where a query head's Q (dO) rows lie in their boxes: 0 or 4 columns right (shifted rows; the launch encodes
+    // maps only where the pointers are 16-byte aligned and each head's rows start alike); the CTA's tiles are placed
+    // as its first head's.
+    auto shift_q = [&](int head) { return S::kShiftRows ? head * pt.q_col_step & 7 : 0; };
+    auto shift_do = [&](int head) { return S::kShiftRows ? head * pt.do_col_step & 7 : 0; };
+    const int sk = shift_q(kv_head * p.q_per_kv), sv = shift_do(kv_head * p.q_per_kv);
 
     // K's and V's pad columns zero once (cp.async never writes them; Q's and dO's arrive as zeros from TMA), and the
     // staging rows' tail, which the reduction adds into the workspace's padding.
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimQK, T::kPadQK, S::kThreads>(sK, tid, LK::offset);
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, S::kThreads>(sV, tid, LV::offset);
-    constexpr int kDqTail = S::kDqStride - T::kPadQK;
+    constexpr int kDqCols = S::kShiftRows ? T::kHeadDimQK : S::kAccQK;  // staged: the row's columns, shifted back
+    constexpr int kDqTail = S::kDqStride - kDqCols;
     for (int i = tid; i < T::kBlockM * kDqTail; i += S::kThreads)
-        sdQ[i / kDqTail * S::kDqStride + T::kPadQK + i % kDqTail] = 0.f;
+        sdQ[i / kDqTail * S::kDqStride + kDqCols + i % kDqTail] = 0.f;
     if (tid == 0) {
         for (int st = 0; st < kSt; ++st) {
             ptx::mbar_init(full(st), 1);
@@ -156,17 +187,29 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                         kv_head * p.k_head_stride + (long long)n0 * p.k_seq_stride;
         const u16* gV = static_cast<const u16*>(p.v) + k_off(p.v_batch_stride, p.v_seq_stride) +
                         kv_head * p.v_head_stride + (long long)n0 * p.v_seq_stride;
-        sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, 128, T::kBlockN, 1>(
-            sK, gK, p.k_seq_stride, seqlen_k - n0, ptid);
-        sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, true, T::kVecV, 128, T::kBlockN, 1>(
-            sV, gV, p.v_seq_stride, seqlen_k - n0, ptid);
+        if constexpr (S::kShiftRows) {  // every column: the row's placed sk (sv) right, zeros around it
+            sm90::load_tile_shifted<T::kBlockN, T::kHeadDimQK, T::kPadQK, true, 4, 128, T::kBlockN, 1>(
+                sK, gK, p.k_seq_stride, seqlen_k - n0, ptid, 0, sk);
+            sm90::load_tile_shifted<T::kBlockN, T::kHeadDimV, T::kPadV, true, 4, 128, T::kBlockN, 1>(
+                sV, gV, p.v_seq_stride, seqlen_k - n0, ptid, 0, sv);
+        } else {
+            sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, true, T::kVecQK, 128, T::kBlockN, 1>(
+                sK, gK, p.k_seq_stride, seqlen_k - n0, ptid);
+            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, true, T::kVecV, 128, T::kBlockN, 1>(
+                sV, gV, p.v_seq_stride, seqlen_k - n0, ptid);
+        }
         ptx::mbar_arrive_cp_async(kv_bar);
 
         int head = kv_head * p.q_per_kv, m_block = m_begin;
         if (warp == 8) {
-            // Q, dO, LSE, D of each step into slot i % kSt, all by TMA and bulk copies from one thread. A packed
-            // sequence's last query block takes the next sequence's rows past its end: its tiles land on `landed`
-            // first, and the warp zeroes those rows before the slot is marked full.
+            // Q, dO, LSE, D of each step into slot i % kSt, by TMA and bulk copies from one thread. Tiles that need
+            // fixing once landed (a packed sequence's last query block, whose rows past its end are the next
+            // sequence's; shifted rows, whose boxes hold other heads' columns beside the row) land on `landed`
+            // first, and the warp zeroes what is not the rows' before the slot is marked full. Shifted rows of a head
+            // placed otherwise than the CTA's tiles do not come here (the launch runs bwd_sm90's kernel for them).
+            // Every barrier is waited on phase by phase by one party: a wait on a parity cannot tell a phase from the
+            // one two later.
+            int fixes = 0;  // uses of `landed` so far: its phase
             for (int i = 0; i < steps; ++i) {
                 // The step's head and query block from i alone: the producer's registers hold little across steps.
                 const int in_head = i / (m_blocks - m_begin);
@@ -178,29 +221,38 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 if (i >= kSt) ptx::mbar_wait(empty(st), ((i / kSt) & 1) ^ 1);
                 const int valid = seqlen_q - m0;
                 const bool tail = T::kVarlen && valid < T::kBlockM;
+                const bool fix = S::kShiftRows || tail;
                 if (lane == 0) {
-                    const u32 bar = tail ? landed : full(st);
-                    ptx::mbar_arrive_expect_tx(bar, 2 * (S::kQElems + S::kdOElems) + (tail ? 0 : 8 * T::kBlockM));
+                    const u32 bar = fix ? landed : full(st);
+                    ptx::mbar_arrive_expect_tx(bar, 2 * (S::kQElems + S::kdOElems) + (fix ? 0 : 8 * T::kBlockM));
                     const int row = (T::kVarlen ? int(view.q_begin) : 0) + m0;
                     const int b = T::kVarlen ? 0 : batch;
-                    const int c1 = pt.tma_seq_dim == 1 ? row : head, c2 = pt.tma_seq_dim == 1 ? head : row;
+                    const int h = head * pt.head_step;
+                    const int c1 = pt.tma_seq_dim == 1 ? row : h, c2 = pt.tma_seq_dim == 1 ? h : row;
+                    const int q_col = head * pt.q_col_step - sk, do_col = head * pt.do_col_step - sv;
                     LQ::for_each_panel([&](int kind, int col, int offset) {
-                        ptx::tma_load_4d(ptx::smem_u32(sQ) + offset, &pt.q_map[kind], col, c1, c2, b, bar);
+                        ptx::tma_load_4d(ptx::smem_u32(sQ) + offset, &pt.q_map[kind], q_col + col, c1, c2, b, bar);
                     });
                     LdO::for_each_panel([&](int kind, int col, int offset) {
-                        ptx::tma_load_4d(ptx::smem_u32(sdO) + offset, &pt.do_map[kind], col, c1, c2, b, bar);
+                        ptx::tma_load_4d(ptx::smem_u32(sdO) + offset, &pt.do_map[kind], do_col + col, c1, c2, b, bar);
                     });
                 }
-                if (tail) {
-                    ptx::mbar_wait(landed, in_head & 1);  // a head's last block is its only tail
-                    detail::zero_rows<LQ, T::kPadQK>(sQ, valid, lane);
-                    detail::zero_rows<LdO, T::kPadV>(sdO, valid, lane);
+                if (fix) {
+                    ptx::mbar_wait(landed, fixes++ & 1);
+                    if (tail) {
+                        detail::zero_rows<LQ, T::kPadQK>(sQ, valid, lane);
+                        detail::zero_rows<LdO, T::kPadV>(sdO, valid, lane);
+                    }
+                    if constexpr (S::kShiftRows) {
+                        detail::zero_outside<LQ, T::kHeadDimQK, T::kPadQK>(sQ, sk, lane);
+                        detail::zero_outside<LdO, T::kHeadDimV, T::kPadV>(sdO, sv, lane);
+                    }
                     wgmma::fence_proxy_async();  // the zeros, visible to the consumers' wgmma
                     __syncwarp();
                 }
                 if (lane == 0) {
                     const u32 bar = full(st);
-                    if (tail) ptx::mbar_arrive_expect_tx(bar, 8 * T::kBlockM);
+                    if (fix) ptx::mbar_arrive_expect_tx(bar, 8 * T::kBlockM);
                     // The workspace has m_pad rows per head (a multiple of kBlockM): never read past.
                     const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
                     ptx::bulk_load(ptx::smem_u32(sLse0 + st * T::kBlockM), p.lse2 + ws, 4 * T::kBlockM, bar);
@@ -242,8 +294,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     ptx::setmaxnreg_inc<S::kConsumerRegs>();
     const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
     const int key0 = n0 + wg * 64 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
-    float acc_dk[T::kPadQK / 8][4];
-    float acc_dv[T::kPadV / 8][4];
+    float acc_dk[S::kAccQK / 8][4];
+    float acc_dv[S::kAccV / 8][4];
     detail::zero_frags(acc_dk);
     detail::zero_frags(acc_dv);
     const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV);
@@ -284,7 +336,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
 
         // dV += P^T dO while the warpgroups exchange dS^T.
         wgmma::fence();
-        sm90::gemm_rs<T::kPadV, T::kBlockM / 16, T::kBF16, true>(
+        sm90::gemm_rs<S::kAccV, T::kBlockM / 16, T::kBF16, true>(
             acc_dv, pa, [&](int kk, int c0) { return LdO::n_major(adO, kk, c0); });
         wgmma::commit();
         wgmma::fence_proxy_async();   // dS^T's stores, visible to wgmma
@@ -298,16 +350,18 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
                 [&](int kk, int c0) { return LK::n_major(aK, kk, c_first + c0); });
             wgmma::commit();
-            sm90::gemm_rs<T::kPadQK, T::kBlockM / 16, T::kBF16, true>(
+            sm90::gemm_rs<S::kAccQK, T::kBlockM / 16, T::kBF16, true>(
                 acc_dk, dsa, [&](int kk, int c0) { return LQ::n_major(aQ, kk, c0); });
             wgmma::commit();
             wgmma::wait<1>();  // dV and dQ done
             sm90::fence_regs<kW / 2>(&dq[0][0]);
-            sm90::fence_regs<T::kPadV / 2>(&acc_dv[0][0]);
+            sm90::fence_regs<S::kAccV / 2>(&acc_dv[0][0]);
             if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
 #pragma unroll
             for (int nb = 0; nb < kW / 8; ++nb) {
-                float* row = sdQ + (wq * 16 + g) * S::kDqStride + c_first + nb * 8 + t2;
+                const int col = c_first + nb * 8 + t2 - sk;  // the row's element (the tiles' columns lie sk right)
+                if (S::kShiftRows && col < 0) continue;
+                float* row = sdQ + (wq * 16 + g) * S::kDqStride + col;
                 *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
             }
@@ -315,12 +369,12 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         if (wg == 0)
             dq_then_dk(detail::IntC<64>(), 0);
         else
-            dq_then_dk(detail::IntC<T::kPadQK - 64>(), 64);
+            dq_then_dk(detail::IntC<S::kAccQK - 64>(), 64);
         ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(dq_full);
         wgmma::wait<0>();
-        sm90::fence_regs<T::kPadQK / 2>(&acc_dk[0][0]);
+        sm90::fence_regs<S::kAccQK / 2>(&acc_dk[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&pa[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
         __syncwarp();
@@ -330,7 +384,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     // dK (scaled) and dV for this thread's two keys: rows below seqlen_k, real columns.
     u16* dk = static_cast<u16*>(p.dk) + view.k_off(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
     u16* dv = static_cast<u16*>(p.dv) + view.k_off(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
-    detail::bwd_store_dkdv<T, T::kPadQK, T::kPadV, false>(acc_dk, acc_dv, dk, dv, p, key0, seqlen_k, t2, 0, 0);
+    detail::bwd_store_dkdv<T, S::kAccQK, S::kAccV, S::kShiftRows>(acc_dk, acc_dv, dk, dv, p, key0, seqlen_k, t2, sk,
+                                                                  sv);
 }
 
 }  // namespace rtattn

@@ -182,7 +182,11 @@ RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
 }
 // Warp-specialized Hopper backward (bwd/sm90_ws.cuh): the dQ staging tile, K and V, `stages` slots of Q and dO, two
 // dS^T buffers (a step writes the one its predecessor's predecessor read), the slots' LSE and D, 2 x stages + 4
-// mbarriers, 16 bytes of varlen sizes. Pads of at most 128, per-width panels.
+// mbarriers, 16 bytes of varlen sizes. Pads 80..144, per-width panels.
+// Its dK/dV/dQ accumulators: the pad, or past 128 the head dim rounded up to 8 (d136: 136 columns, not 144).
+RTATTN_GEOMETRY int bwd_sm90_ws_acc_cols(int head_dim, int pad) { return pad > 128 ? round_up(head_dim, 8) : pad; }
+// Its shifted rows (bwd/sm90_ws.cuh): head dims of 4 mod 8 at pad 144 (d132, d140), placed 0 or 4 columns right.
+RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
     return 4 * block_m * bwd_dq_stride(pad_qk) + 2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
            8 * stages * block_m + 8 * (2 * stages + 4) + 16;

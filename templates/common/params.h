@@ -166,11 +166,15 @@ struct FwdParamsTma {
 // head, batch) when tma_seq_dim is 1, (head_dim, head, seq, batch) when 2; packed sequences are one batch of total_q
 // rows. Where no map can be encoded (a base or stride not 16-byte aligned, or RTATTN_TMA=0) the launch runs the
 // module's other main kernel, bwd/sm90.cuh's, instead.
+// Shifted rows (d132, d140: bwd/sm90_ws.cuh): the maps span every head's columns of a seq row; head h's box starts
+// at column h * *_col_step less its rows' placement ((h * *_col_step) % 8: 0 or 4), head coordinate 0 (head_step 0).
+// Else *_col_step is 0 and the head coordinate is h (head_step 1).
 struct BwdParamsTma {
     BwdParams p;
     TmaMap q_map[4];
     TmaMap do_map[4];
     int tma_seq_dim;
+    int q_col_step, do_col_step, head_step;
 };
 
 }  // namespace rtattn
