@@ -7,15 +7,18 @@
 //              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its 64-column panel
 //              over all 128 keys) and dK; dQ is staged while dK runs.
 //   producer   warpgroup 2 on few registers (setmaxnreg): its threads load K and V once (cp.async, rows past
-//              seqlen_k zero); warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots (TMA, one
-//              thread; cp.async by the warp where no map could be encoded, and for a packed sequence's last query
-//              block, whose rows past the sequence must be zero, not the next sequence's); warp 1 adds each step's
-//              staged dQ into the fp32 accumulator by one bulk reduction (in key-block order when deterministic).
+//              seqlen_k zero); its warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots by TMA
+//              and bulk copies from one thread, and zeroes what must not reach the GEMMs once a tile has landed (a
+//              packed sequence's rows past its end, which are the next sequence's; shifted rows' neighbouring
+//              columns); its warp 1 adds each step's staged dQ into the fp32 accumulator by one bulk reduction (in
+//              key-block order when deterministic). A call no map can address runs the module's other kernel,
+//              bwd/sm90.cuh's (BwdSm90Fallback).
 //
 // Handshakes (mbarriers): full[s] (Q, dO, LSE, D of slot s landed: one arrival with the bytes), empty[s] (every
-// consumer warp is done with the slot), kv (K and V landed: every producer thread), dq_full (both warpgroups staged
-// this step's dQ: every consumer warp), dq_empty (the reduction has read the staging tile). A slot's or barrier's
-// k-th use waits for phase parity k & 1.
+// consumer warp is done with the slot), landed (a tile to fix has arrived: warp 0 alone), kv (K and V landed: every
+// producer thread), dq_full (both warpgroups staged this step's dQ: every consumer warp), dq_empty (the reduction has
+// read the staging tile). A barrier's k-th phase is waited on as parity k & 1, in order, by one party: a parity wait
+// cannot tell a phase from the one two later.
 //
 // Rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
 // seqlen_k are zero, so their dQ terms are 0 and their dK/dV rows are never stored (bwd/sm90.cuh).
