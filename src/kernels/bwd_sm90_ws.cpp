@@ -72,8 +72,8 @@ public:
         using render::int_trait;
         s.traits.push_back(int_trait("kWarps", p.warps));
         s.traits.push_back(int_trait("kStages", p.stages));
-        // S^T, dP^T: block_m columns; dQ: 64 and pad_qk - 64; dV, dK (A from registers): the pads, chunked; and the
-        // fallback kernel's.
+        // The fallback kernel's widths, then this kernel's: S^T, dP^T block_m columns; dQ 64 and the accumulator's
+        // rest; dV, dK (A from registers) the accumulators' columns, chunked.
         std::set<int> ss, rs;
         bwd_sm90_widths(p, ss, rs);
         const int acc_qk = geometry::bwd_sm90_ws_acc_cols(p.head_dim_qk, p.pad_qk);
@@ -83,8 +83,8 @@ public:
             for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
                                              std::vector<int>(rs.begin(), rs.end()), p.bf16);
-        // Where no map can be encoded, or shifted rows of a group lie differently: bwd/sm90.cuh's kernel (the same
-        // widths), entry kFallbackIndex.
+        // Where no map can be encoded, or shifted rows of a group lie differently: bwd/sm90.cuh's kernel with one
+        // Q/dO buffer (BwdSm90Fallback), entry kFallbackIndex.
         s.entries.push_back({"rtattn_bwd_main_cp", "const rtattn::BwdParams params",
                              "rtattn::flash_bwd_sm90<rtattn::BwdSm90Fallback<Traits>>(params)", p.warps * 32});
         return s;
