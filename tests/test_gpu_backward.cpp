@@ -187,7 +187,7 @@ void run_backward_table(const char* name, const std::vector<Case>& cases, bool d
 TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
     SKIP_WITHOUT_GPU();
     std::vector<Case> cases;
-    const int dims[] = {1, 8, 17, 32, 64, 80, 96, 100, 112, 128, 132, 140, 144, 160, 192, 256};
+    const int dims[] = {1, 8, 17, 32, 48, 64, 80, 96, 100, 112, 128, 132, 140, 144, 160, 192, 256};
     int i = 0;
     for (int d : dims)
         for (bool causal : {false, true}) {

@@ -502,29 +502,30 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
 }
 
-TEST_CASE("sm_90a's backward is a wgmma family at pads 80..144, the mma.sync one elsewhere", "[plan][bwd]") {
+TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, the mma.sync one elsewhere", "[plan][bwd]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
         AttentionConfig c = cfg(d, "sm_90a");
         const auto p = rtattn::plan::plan_backward(c);
-        // Head dims of 8 at pads 80..128 and of 4 at pad 144: the warp-specialized kernel (TMA boxes, from the
+        // Head dims of 8 at pads 32..128 and of 4 at pad 144: the warp-specialized kernel (TMA boxes, from the
         // 16-byte boundary before d132's and d140's rows); the others of pads 80, 96, 128 and 144: bwd_sm90.
-        const bool ws = (d > 64 && d <= 128 && d % 8 == 0) || (d > 128 && d <= 144 && d % 4 == 0);
+        const bool ws = (d > 16 && d <= 128 && d % 8 == 0) || (d > 128 && d <= 144 && d % 4 == 0);
         const bool wgmma = !ws && ((d > 64 && d <= 96) || (d > 112 && d <= 144));
         CHECK((p.family == &rtattn::kernels::bwd_sm90_ws()) == ws);
         CHECK((p.family == &rtattn::kernels::bwd_sm90()) == wgmma);
         if (ws || wgmma) {
-            CHECK(p.block_m == 64);
+            CHECK(p.block_m == (ws && d <= 64 ? 128 : 64));  // 128 queries a step where the GEMMs are small
             CHECK(p.block_n == 128);
             CHECK(p.threads() == (ws ? 384 : 256));
-            CHECK(p.smem_bytes == (ws ? rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages)
+            CHECK(p.smem_bytes == (ws ? rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, 128,
+                                                                                p.stages)
                                       : rtattn::geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages)));
             CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
         }
         CHECK(rtattn::plan::plan_backward(cfg(d, "sm_90")).family == &rtattn::kernels::bwd_mma());  // no wgmma
     }
     // Pad 144 serves d_qk = d_v only (other pairs spilled); pad 128 any pair, the warp-specialized kernel where both
-    // are multiples of 8 and d_qk is past 64 (dQ splits at column 64).
+    // are multiples of 8 (dQ splits at column 64, or in halves up to it).
     auto family_of = [](int dq, int dv) {
         AttentionConfig c = cfg(dq, "sm_90a");
         c.head_dim_v = dv;
@@ -534,7 +535,8 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 80..144, the mma.sync one
     CHECK(family_of(140, 144) == &rtattn::kernels::bwd_mma());
     CHECK(family_of(120, 128) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(family_of(124, 128) == &rtattn::kernels::bwd_sm90());
-    CHECK(family_of(64, 128) == &rtattn::kernels::bwd_sm90());
+    CHECK(family_of(64, 128) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(60, 128) == &rtattn::kernels::bwd_sm90());
     CHECK(family_of(128, 64) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90_ws());
     // RTATTN_BWD_TILE on the wgmma families: 64 query rows, 64 keys per warpgroup (the warp-specialized one: two).
@@ -542,6 +544,14 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 80..144, the mma.sync one
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "128,128,8,0,0,0,1"), rtattn::ConfigError);
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,64,4,0,0,0,1"), rtattn::ConfigError);
     CHECK(rtattn::plan::plan_backward(cfg(124, "sm_90a"), "64,128,8,0,0,0,2").stages == 2);
+    // The warp-specialized kernel at pads up to 64: 128 query rows a step by default, 64 on request; 128 refused past.
+    CHECK(rtattn::plan::plan_backward(cfg(64, "sm_90a"), "64,128,8,0,0,0,2").block_m == 64);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(80, "sm_90a"), "128,128,8,0,0,0,2"), rtattn::ConfigError);
+    // Deterministic turn counters: one per 64 rows at most (the 128-row plan's fallback kernel walks 64-row blocks).
+    const auto p64 = rtattn::plan::plan_backward(cfg(64, "sm_90a"));
+    const auto w64 = p64.workspace(2, 3, 200);
+    CHECK(w64.m_pad == 256);
+    CHECK(w64.bytes - w64.dq_sem >= std::size_t(2 * 3 * 256 / 64 * 4));
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(124, "sm_90a"), "64,96,8,0,0,0,1"), rtattn::ConfigError);
 }
 

@@ -1,6 +1,6 @@
 // The warp-specialized Hopper backward family (templates/bwd/sm90_ws.cuh): bwd_sm90's GEMMs on two consumer
 // warpgroups, a producer warpgroup streaming Q and dO by TMA (maps encoded per launch) and adding dQ into the
-// accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned) at pads 80..128, and d132..144
+// accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned) at pads 32..128, and d132..144
 // of 4 (d132's rows placed as they lie).
 #include <cstdint>
 #include <set>
@@ -72,13 +72,16 @@ public:
         using render::int_trait;
         s.traits.push_back(int_trait("kWarps", p.warps));
         s.traits.push_back(int_trait("kStages", p.stages));
-        // The fallback kernel's widths, then this kernel's: S^T, dP^T block_m columns; dQ 64 and the accumulator's
-        // rest; dV, dK (A from registers) the accumulators' columns, chunked.
+        // The fallback kernel's widths, then this kernel's: S^T, dP^T block_m columns; dQ the accumulator's columns
+        // (128 query rows a step: each warpgroup 64 rows) or its split; dV, dK (A from registers) the accumulators'
+        // columns, chunked.
         std::set<int> ss, rs;
         bwd_sm90_widths(p, ss, rs);
         const int acc_qk = geometry::bwd_sm90_ws_acc_cols(p.head_dim_qk, p.pad_qk);
-        for (int n : {p.block_m, 64, acc_qk - 64})
-            for (int w : sm90::chunk_widths(n)) ss.insert(w);
+        const int split = p.block_m == 128 ? acc_qk : geometry::bwd_sm90_ws_dq_split(acc_qk);
+        for (int n : {p.block_m, split, acc_qk - split})
+            if (n > 0)
+                for (int w : sm90::chunk_widths(n)) ss.insert(w);
         for (int n : {acc_qk, geometry::bwd_sm90_ws_acc_cols(p.head_dim_v, p.pad_v)})
             for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
@@ -100,7 +103,7 @@ public:
         if (mapped && alike) return launch_backward(l, prm.p, &prm);
         launch_backward(l, prm.p, &prm.p,
                         {kFallbackIndex, l.plan.warps * 32,
-                         geometry::bwd_sm90_smem_bytes(l.plan.pad_qk, l.plan.pad_v, l.plan.block_m, l.plan.block_n, 1)});
+                         geometry::bwd_sm90_smem_bytes(l.plan.pad_qk, l.plan.pad_v, 64, l.plan.block_n, 1)});
     }
 };
 

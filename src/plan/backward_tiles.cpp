@@ -1,6 +1,7 @@
 // The backward tile table and plan_backward(): tiles per padded head dim and arch, a reason on every row.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -39,11 +40,16 @@ using kernels::bwd_sm90_ws;
 // pad lists its rows from the most to the least shared memory.
 constexpr BwdTileRow kBwdTiles[] = {
     // sm_90a (the warp splits do not apply: a warpgroup per 64 keys, each GEMM a warpgroup's).
-    {bwd_sm90_ws, 80, 128, 64, 128, 8, 0, 0, 0, 2,
-     "sm_90a, head dims of 8 (d72..128): bwd_sm90's tiles on two consumer warpgroups and a producer warpgroup (TMA "
+    {bwd_sm90_ws, 32, 64, 128, 128, 8, 0, 0, 0, 2,
+     "sm_90a, head dims of 8 up to 64 (d24..64): the row below with 128 queries a step (the warpgroups split dQ's "
+     "rows), halving the steps' fixed costs (barrier, LSE/D, dQ reduction) where their GEMMs are small (H200, S=4k "
+     "and 16k, causal or not: d64 1.24-1.41x 64 a step, d48 1.31-1.39x, d32 1.32-1.50x)",
+     false, 8},
+    {bwd_sm90_ws, 32, 128, 64, 128, 8, 0, 0, 0, 2,
+     "sm_90a, head dims of 8 (d24..128): bwd_sm90's tiles on two consumer warpgroups and a producer warpgroup (TMA "
      "Q/dO into two slots, dQ reductions), S^T and dP^T in flight together, dQ staged while dK runs (H200, S=4k and "
      "16k, causal or not: d128 1.33-1.37x bwd_sm90, d120 1.34-1.41x, d96 1.26-1.31x, d80 1.24-1.27x; d104/d112 "
-     "1.47-1.61x the mma.sync kernel)",
+     "1.47-1.61x the mma.sync kernel; at pads 32..64 on request, RTATTN_BWD_TILE: d64 1.35-1.46x, d32 1.48-1.60x)",
      false, 8},
     {bwd_sm90_ws, 144, 144, 64, 128, 8, 0, 0, 0, 2,
      "sm_90a, d132, 136, 140, 144 (d_qk = d_v): as the row above, 144-column tiles in per-width panels (two slots "
@@ -99,8 +105,11 @@ constexpr BwdTileRow kBwdTiles[] = {
 // ConfigError naming what is wrong, before NVRTC).
 std::string tile_problem(const BackwardPlan& p) {
     if (p.family == &kernels::bwd_sm90_ws()) {
-        if (p.block_m != 64 || p.block_n != 128 || p.warps != 8)
-            return "the warp-specialized wgmma backward takes block_m 64, block_n 128, warps 8";
+        if ((p.block_m != 64 && p.block_m != 128) || p.block_n != 128 || p.warps != 8)
+            return "the warp-specialized wgmma backward takes block_m 64 (or 128 at pads up to 64), block_n 128, "
+                   "warps 8";
+        if (p.block_m == 128 && std::max(p.pad_qk, p.pad_v) > 64)
+            return "block_m 128 needs pads up to 64 (S^T, dP^T and dK/dV in registers)";
         if (p.stages != 1 && p.stages != 2) return "stages must be 1 or 2";
         return "";
     }
@@ -167,7 +176,7 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
         const kernels::BackwardFamily& f = row.family();
         if (pad < row.min_pad || pad > row.max_pad || !f.runs_on(ai)) continue;
         if (row.equal_dims && p.head_dim_qk != p.head_dim_v) continue;
-        if (row.dims_of > 1 && (p.head_dim_qk % row.dims_of || p.head_dim_v % row.dims_of || p.pad_qk <= 64)) continue;
+        if (row.dims_of > 1 && (p.head_dim_qk % row.dims_of || p.head_dim_v % row.dims_of || p.pad_qk < 32)) continue;
         if (&f == &kernels::bwd_sm90_ws() && warp_specialized_off()) continue;
         BackwardPlan cand = p;
         cand.family = &f;
@@ -207,7 +216,7 @@ BackwardWorkspace BackwardPlan::workspace(int batch, int heads_q, int seqlen_q) 
     w.lse2 = align256(w.dq_accum + rows * std::size_t(geometry::bwd_dq_stride(pad_qk)) * 4);
     w.delta = align256(w.lse2 + rows * 4);
     w.dq_sem = align256(w.delta + rows * 4);
-    w.bytes = align256(w.dq_sem + rows / std::size_t(block_m) * 4);
+    w.bytes = align256(w.dq_sem + rows / std::size_t(geometry::bwd_turn_rows(block_m)) * 4);
     return w;
 }
 

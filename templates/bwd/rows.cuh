@@ -78,7 +78,8 @@ __device__ __forceinline__ void flash_bwd_pre(const BwdParams& p) {
     const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + row;
     float* acc = p.dq_accum + ws_row * geometry::bwd_dq_stride(T::kPadQK);
     for (int c = lane; c < geometry::bwd_dq_stride(T::kPadQK); c += 32) acc[c] = 0.f;
-    if (row % T::kBlockM == 0 && lane == 0) p.dq_sem[ws_row / T::kBlockM] = 0;
+    constexpr int kTurnRows = geometry::bwd_turn_rows(T::kBlockM);
+    if (row % kTurnRows == 0 && lane == 0) p.dq_sem[ws_row / kTurnRows] = 0;
     float d = 0.f, lse2 = __int_as_float(0x7f800000);  // past seqlen_q: D 0, LSE +inf
     const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
     if (row < seq.seqlen_q) {

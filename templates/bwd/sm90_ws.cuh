@@ -4,8 +4,9 @@
 //   consumers  warpgroups 0 and 1, 64 of the CTA's 128 keys each, dK and dV in registers across the walk. Per step
 //              S^T and dP^T are issued back to back, P^T is computed while dP^T runs; dV is issued before the two
 //              warpgroups exchange dS^T (shared memory, two buffers: a step writes the one its predecessor's
-//              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its 64-column panel
-//              over all 128 keys) and dK; dQ is staged while dK runs.
+//              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its share, over all
+//              128 keys: 64 of a step's 128 query rows at pads up to 64, else the columns of
+//              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs.
 //   producer   warpgroup 2 on few registers (setmaxnreg): its threads load K and V once (cp.async, rows past
 //              seqlen_k zero); its warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots by TMA
 //              and bulk copies from one thread, and zeroes what must not reach the GEMMs once a tile has landed (a
@@ -38,8 +39,9 @@
 
 namespace rtattn {
 
-// Traits (from the rendered stub): those of bwd/sm90.cuh (kWarps: the consumers' 8), with pads 80..144 and head dims
-// that are multiples of 8, or of 4 at pad 144 (TMA boxes start 16-byte aligned: kShiftRows), kStages 2.
+// Traits (from the rendered stub): those of bwd/sm90.cuh (kWarps: the consumers' 8), with pads 32..144 and head dims
+// that are multiples of 8, or of 4 at pad 144 (TMA boxes start 16-byte aligned: kShiftRows), kStages 2, and kBlockM
+// 128 at pads up to 64 (a step's GEMMs are small there; its fixed costs are paid half as often).
 template <class T>
 struct BwdShapeSm90Ws {
     static constexpr int kConsumerThreads = T::kWarps * 32;
@@ -67,19 +69,24 @@ struct BwdShapeSm90Ws {
     static constexpr int kConsumerRegs = 240;
     static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs, "register split");
-    static_assert(T::kPadQK <= 144 && T::kPadV <= 144 && T::kPadQK > 64, "pads 80..144: dQ split at column 64");
-    static_assert(T::kBlockM == 64 && T::kBlockN == 128 && T::kWarps == 8, "two warpgroups of 64 keys, 64 queries");
+    static_assert(T::kPadQK <= 144 && T::kPadV <= 144 && T::kPadQK >= 32, "pads 32..144");
+    // dQ between the warpgroups: 64 of 128 query rows each, or of 64 rows the columns [0, split) and the rest.
+    static constexpr bool kDqByRows = T::kBlockM == 128;
+    static constexpr int kDqSplit = geometry::bwd_sm90_ws_dq_split(kAccQK);
+    static_assert((T::kBlockM == 64 || (T::kBlockM == 128 && T::kPadQK <= 64 && T::kPadV <= 64)) &&
+                      T::kBlockN == 128 && T::kWarps == 8,
+                  "two warpgroups of 64 keys; 64 queries a step, 128 at pads up to 64");
     static_assert(T::kStages >= 1 && T::kStages <= 2, "one or two Q/dO slots");
     static_assert(!kShiftRows || (T::kHeadDimQK == T::kHeadDimV && T::kVecQK == 4 && T::kHeadDimQK + 4 <= kAccQK),
                   "shifted rows: d_qk = d_v on 8-byte vectors, 4 columns of room");
 };
 
 namespace detail {
-// Rows [valid, 64) of a 64-row tile set to zero by one warp, 16 bytes a store.
-template <class L, int kCols>
+// Rows [valid, kRows) of a tile set to zero by one warp, 16 bytes a store.
+template <class L, int kRows, int kCols>
 __device__ __forceinline__ void zero_rows(ptx::u16* s, int valid, int lane) {
     constexpr int kChunks = kCols / 8;
-    for (int i = lane; i < (64 - valid) * kChunks; i += 32) {
+    for (int i = lane; i < (kRows - valid) * kChunks; i += 32) {
         const int r = valid + i / kChunks;
         *reinterpret_cast<uint4*>(s + L::offset(r, i % kChunks * 8)) = make_uint4(0, 0, 0, 0);
     }
@@ -98,9 +105,11 @@ __device__ __forceinline__ void zero_outside(ptx::u16* s, int shift, int lane) {
 }  // namespace detail
 
 // The module's other main kernel, for launches whose Q or dO no tensor map can address: bwd/sm90.cuh's (its loads are
-// every thread's cp.async) with one Q/dO buffer, as its table row for these pads.
+// every thread's cp.async) with one Q/dO buffer, as its table row for these pads, and 64 query rows a step (the
+// workspace's rows per head are a multiple of 128 where this family takes 128: of 64 too).
 template <class T>
 struct BwdSm90Fallback : T {
+    static constexpr int kBlockM = 64;
     static constexpr int kStages = 1;
 };
 
@@ -243,8 +252,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 if (fix) {
                     ptx::mbar_wait(landed, fixes++ & 1);
                     if (tail) {
-                        detail::zero_rows<LQ, T::kPadQK>(sQ, valid, lane);
-                        detail::zero_rows<LdO, T::kPadV>(sdO, valid, lane);
+                        detail::zero_rows<LQ, T::kBlockM, T::kPadQK>(sQ, valid, lane);
+                        detail::zero_rows<LdO, T::kBlockM, T::kPadV>(sdO, valid, lane);
                     }
                     if constexpr (S::kShiftRows) {
                         detail::zero_outside<LQ, T::kHeadDimQK, T::kPadQK>(sQ, sk, lane);
@@ -345,13 +354,15 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         wgmma::fence_proxy_async();   // dS^T's stores, visible to wgmma
         ptx::bar_sync(1, S::kConsumerThreads);
 
-        // dQ (this warpgroup's columns over all 128 keys), then dK += dS^T Q; dQ is staged while dK runs.
+        // dQ (this warpgroup's rows or columns over all 128 keys), then dK += dS^T Q; dQ is staged while dK runs.
+        const int dq_row0 = S::kDqByRows ? wg * 64 : 0;
         auto dq_then_dk = [&](auto width, int c_first) {
             constexpr int kW = decltype(width)::value;
+            constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
             float dq[kW / 8][4];
             sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
-                dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
-                [&](int kk, int c0) { return LK::n_major(aK, kk, c_first + c0); });
+                dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
+                [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, c_first + c0); });
             wgmma::commit();
             sm90::gemm_rs<S::kAccQK, T::kBlockM / 16, T::kBF16, true>(
                 acc_dk, dsa, [&](int kk, int c0) { return LQ::n_major(aQ, kk, c0); });
@@ -364,15 +375,17 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             for (int nb = 0; nb < kW / 8; ++nb) {
                 const int col = c_first + nb * 8 + t2 - sk;  // the row's element (the tiles' columns lie sk right)
                 if (S::kShiftRows && col < 0) continue;
-                float* row = sdQ + (wq * 16 + g) * S::kDqStride + col;
+                float* row = sdQ + (dq_row0 + wq * 16 + g) * S::kDqStride + col;
                 *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
             }
         };
-        if (wg == 0)
-            dq_then_dk(detail::IntC<64>(), 0);
+        if constexpr (S::kDqByRows)
+            dq_then_dk(detail::IntC<S::kAccQK>(), 0);
+        else if (wg == 0)
+            dq_then_dk(detail::IntC<S::kDqSplit>(), 0);
         else
-            dq_then_dk(detail::IntC<S::kAccQK - 64>(), 64);
+            dq_then_dk(detail::IntC<S::kAccQK - S::kDqSplit>(), S::kDqSplit);
         ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(dq_full);

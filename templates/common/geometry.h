@@ -139,6 +139,10 @@ RTATTN_GEOMETRY int fwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, i
 // of 8 or 24 modulo 32 banks lets the 16 lanes of a half-warp store their float2 fragment pieces (4 rows x 4 column
 // pairs) into 32 different banks.
 RTATTN_GEOMETRY int bwd_dq_stride(int pad_qk) { return pad_qk + 8; }
+// The deterministic backward's dQ turn counters (workspace): one per this many query rows of a head. At most 64:
+// bwd_sm90_ws's fallback kernel walks 64-row blocks under a plan of 128 (a kernel of 128-row blocks reads every
+// other counter, all zeroed by the preprocess alike).
+RTATTN_GEOMETRY int bwd_turn_rows(int block_m) { return block_m < 64 ? block_m : 64; }
 
 // mma.sync backward (bwd/mma.cuh): the fp32 dQ staging tile when dQ leaves by bulk reduction; K and V tiles of
 // block_n keys; `stages` buffers of the Q and dO tiles (block_m queries) with their rows' LSE and D (fp32); the P and
@@ -182,9 +186,15 @@ RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
 }
 // Warp-specialized Hopper backward (bwd/sm90_ws.cuh): the dQ staging tile, K and V, `stages` slots of Q and dO, two
 // dS^T buffers (a step writes the one its predecessor's predecessor read), the slots' LSE and D, 2 x stages + 4
-// mbarriers, 16 bytes of varlen sizes. Pads 80..144, per-width panels.
+// mbarriers, 16 bytes of varlen sizes. Pads 32..144, per-width panels.
 // Its dK/dV/dQ accumulators: the pad, or past 128 the head dim rounded up to 8 (d136: 136 columns, not 144).
 RTATTN_GEOMETRY int bwd_sm90_ws_acc_cols(int head_dim, int pad) { return pad > 128 ? round_up(head_dim, 8) : pad; }
+// Its dQ columns between the two consumer warpgroups (each a dQ GEMM over all keys): the first 64 and the rest, or
+// at pads up to 64 the first half (48: 32, a panel's; the second warpgroup's N-major K operand then starts inside
+// a 64- or 32-column panel, 16 or 32 bytes into its swizzled rows).
+RTATTN_GEOMETRY int bwd_sm90_ws_dq_split(int acc_cols) {
+    return acc_cols > 64 ? 64 : acc_cols == 48 ? 32 : acc_cols / 2;
+}
 // Its shifted rows (bwd/sm90_ws.cuh): head dims of 4 mod 8 at pad 144 (d132, d140), placed 0 or 4 columns right.
 RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {

@@ -86,10 +86,17 @@ struct TileLayout<kRows, kPad, true> {
         return wgmma::desc(base + kBase16 + row0 * 32, 16, 256, 3);  // kPad is a multiple of 16: no 8-wide rest
     }
     // N-major operand (V read transposed): K rows [16*kk, 16*kk + 16) x N columns from c0, as chunked by
-    // for_each_chunk (a 128-wide chunk spans two 64-column panels: LBO is the panel stride).
+    // for_each_chunk (a 128-wide chunk spans two 64-column panels: LBO is the panel stride). With kInside, c0 may
+    // also lie inside a 64- or 32-column panel, the chunk ending within it (the backward's dQ split at pads up to
+    // 64): the start moves along the swizzled row, whose pattern the hardware applies to the address bits.
+    template <bool kInside = false>
     static __device__ __forceinline__ wgmma::u64 n_major(u32 base, int kk, int c0) {
-        if (c0 < kCol32) return wgmma::desc(base + (c0 >> 6) * kPanel64Bytes + 16 * kk * 128, kPanel64Bytes, 1024, 1);
-        if (kHas32 && c0 == kCol32) return wgmma::desc(base + kBase32 + 16 * kk * 64, 16, 512, 2);
+        const int in64 = kInside ? (c0 & 63) * 2 : 0;
+        if (c0 < kCol32)
+            return wgmma::desc(base + (c0 >> 6) * kPanel64Bytes + in64 + 16 * kk * 128, kPanel64Bytes, 1024, 1);
+        const int in32 = kInside ? (c0 - kCol32) * 2 : 0;
+        if (kHas32 && (kInside ? c0 < kCol16 : c0 == kCol32))
+            return wgmma::desc(base + kBase32 + in32 + 16 * kk * 64, 16, 512, 2);
         if (kHas16 && c0 == kCol16) return wgmma::desc(base + kBase16 + 16 * kk * 32, 16, 256, 3);
         return wgmma::desc(base + kBase8 + 16 * kk * 16, 128, 128, 0);  // interleaved: next core along K is 128 B on
     }
