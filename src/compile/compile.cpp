@@ -44,9 +44,14 @@ std::string nvrtc_version() {
 PtxasReport parse_ptxas(const std::string& log, const std::string& entry) {
     // ptxas -v prints, per function: "Function properties for <entry>", then a line with stack and spill bytes,
     // then "Used N registers, used M barriers". Parse line by line from the entry's block on (or from the top when
-    // the block header is missing), taking the first match of each figure.
+    // the block header is missing), taking the first match of each figure. The header must name the entry whole:
+    // rtattn_bwd_main_cp's block is not rtattn_bwd_main's.
     PtxasReport r;
-    std::size_t at = log.find("Function properties for " + entry);
+    const std::string header = "Function properties for " + entry;
+    std::size_t at = log.find(header);
+    while (at != std::string::npos && at + header.size() < log.size() &&
+           (std::isalnum(static_cast<unsigned char>(log[at + header.size()])) || log[at + header.size()] == '_'))
+        at = log.find(header, at + 1);
     if (at == std::string::npos) at = 0;
     auto number_before = [&](std::size_t pos) {  // the integer that ends just before `pos` (skipping spaces)
         std::size_t end = pos;
