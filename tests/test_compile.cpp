@@ -266,11 +266,11 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         CHECK(r.regs > 0);
         CHECK(r.spills == 0);
         CHECK(r.stack == 0);
-        // Not met (issue 22): the warp-specialized backward's main kernel spills scalars (addresses, indices) in
-        // 21 of the sweep's 36 configurations it serves, 40-196 bytes stored + loaded, 24-80 bytes of stack (NVRTC
-        // 13.0), in its consumers at pad 144 and 128 queries a step, in its producer (24 registers) with varlen.
-        // A ceiling on today's figures, so that it does not grow unseen; the target stays 0.
-        CHECK(r.ws_spills <= 200);
-        CHECK(r.ws_stack <= 80);
+        // Not met (issue 22): the warp-specialized backward's main kernel spills a few scalars in 10 of the sweep's
+        // 36 configurations it serves, 16-80 bytes stored + loaded, 8-24 bytes of stack (NVRTC 13.0: d40..64 at 128
+        // queries a step, d132 varlen, d140). A ceiling on today's figures, so that it does not grow unseen; the
+        // target stays 0.
+        CHECK(r.ws_spills <= 80);
+        CHECK(r.ws_stack <= 24);
     }
 }

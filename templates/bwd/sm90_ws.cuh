@@ -86,6 +86,7 @@ namespace detail {
 template <class L, int kRows, int kCols>
 __device__ __forceinline__ void zero_rows(ptx::u16* s, int valid, int lane) {
     constexpr int kChunks = kCols / 8;
+    asm volatile("" : "+r"(lane));  // opaque: hoisted out of the producer's step loop, its index math was spilled
     for (int i = lane; i < (kRows - valid) * kChunks; i += 32) {
         const int r = valid + i / kChunks;
         *reinterpret_cast<uint4*>(s + L::offset(r, i % kChunks * 8)) = make_uint4(0, 0, 0, 0);
@@ -310,7 +311,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     float acc_dv[S::kAccV / 8][4];
     detail::zero_frags(acc_dk);
     detail::zero_frags(acc_dv);
-    const u32 aK = ptx::smem_u32(sK), aV = ptx::smem_u32(sV);
+    const u32 aK0 = ptx::smem_u32(sK), aV0 = ptx::smem_u32(sV);
     if (steps > 0) ptx::mbar_wait(kv_bar, 0);
     wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before this thread's wgmma
 
@@ -318,6 +319,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
         const int st = kSt > 1 ? i % kSt : 0;
         const int m0 = m_block * T::kBlockM;
+        // K's and V's addresses opaque each step: hoisted, their wgmma descriptors were spilled and reloaded.
+        u32 aK = aK0, aV = aV0;
+        asm volatile("" : "+r"(aK), "+r"(aV));
         const u32 aQ = ptx::smem_u32(sQ0 + st * S::kQElems), adO = ptx::smem_u32(sdO0 + st * S::kdOElems);
         u16* sdS = sdS0 + (i & 1) * S::kdSElems;
         const u32 adS = ptx::smem_u32(sdS);
