@@ -209,10 +209,11 @@ TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
         c.d_qk = dq, c.d_v = dv, c.causal = dq == 64, c.heads_q = 6, c.heads_kv = 3;
         cases.push_back(c);
     }
-    // d132 on sm_90a: rows placed as the group's first query head's lie (head h starts h x 264 bytes in, so odd
-    // heads 4 columns right), by TMA where a head's rows lie so and by 8-byte cp.async where not (groups of 3 start
-    // on odd heads too); MHA: every head by TMA. RTATTN_TMA=0 runs bwd_sm90's kernel on the same cases.
-    for (auto [hq, hkv] : {std::pair{6, 2}, {4, 4}})
+    // d132 on sm_90a: rows placed as they lie (head h starts h x 264 bytes in, so odd heads 4 columns right). MHA:
+    // the main kernel; GQA groups, whose heads alternate: clusters of two CTAs, each walking one placement's heads
+    // (groups of 3 start on odd heads too, one CTA walking 2 heads and the other 1; groups of 8 as the 70B model's),
+    // rank 1's dK/dV added into rank 0's. RTATTN_TMA=0 runs bwd_sm90's kernel on the same cases.
+    for (auto [hq, hkv] : {std::pair{6, 2}, {4, 4}, {16, 2}})
         for (bool causal : {false, true}) {
             Case c;
             c.d_qk = c.d_v = 132, c.causal = causal, c.heads_q = hq, c.heads_kv = hkv;
@@ -265,7 +266,7 @@ TEST_CASE("backward: a gradient flowing into the returned LSE", "[gpu][bwd]") {
 TEST_CASE("backward: deterministic mode is bitwise reproducible", "[gpu][bwd]") {
     SKIP_WITHOUT_GPU();
     std::vector<Case> cases;
-    for (int d : {64, 96, 128, 132, 256}) {
+    for (int d : {64, 96, 128, 132, 140, 256}) {  // d132, d140 in groups of 2: the pair kernel
         Case c;
         c.d_qk = c.d_v = d;
         c.causal = d != 128;

@@ -20,7 +20,8 @@ struct Api {
     X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD16) X(cuMemsetD32) X(cuStreamCreate) X(cuStreamDestroy)          \
     X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
     X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                 \
-    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemGetInfo) X(cuTensorMapEncodeTiled) X(cuMemcpyDtoDAsync)
+    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemGetInfo) X(cuTensorMapEncodeTiled) X(cuMemcpyDtoDAsync) \
+    X(cuLaunchKernelEx)
 #define RTATTN_DECLARE(name) decltype(&::name) name = nullptr;
     RTATTN_DRIVER_FUNCTIONS(RTATTN_DECLARE)
 #undef RTATTN_DECLARE

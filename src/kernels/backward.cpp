@@ -147,10 +147,25 @@ void launch_backward(const BackwardLaunch& l, BwdParams& prm, void* main_block, 
     const unsigned key_blocks = unsigned((l.call.seqlen_k + l.plan.block_n - 1) / l.plan.block_n);
     const unsigned threads = unsigned(main.threads ? main.threads : l.plan.threads());
     const unsigned smem = unsigned(main.threads ? main.smem_bytes : l.plan.smem_bytes);
-    driver::check(driver::api().cuLaunchKernel(l.module.functions.at(main.index), key_blocks,
-                                               unsigned(l.config.num_heads_kv), unsigned(l.call.batch), threads, 1, 1,
-                                               smem, static_cast<CUstream>(l.stream), args, nullptr),
-                  "cuLaunchKernel");
+    if (main.cluster_y > 1) {
+        CUlaunchAttribute cluster{};
+        cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = unsigned(main.cluster_y);
+        cluster.value.clusterDim.z = 1;
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = key_blocks, cfg.gridDimY = unsigned(l.config.num_heads_kv * main.cluster_y);
+        cfg.gridDimZ = unsigned(l.call.batch);
+        cfg.blockDimX = threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = smem, cfg.hStream = static_cast<CUstream>(l.stream);
+        cfg.attrs = &cluster, cfg.numAttrs = 1;
+        driver::check(driver::api().cuLaunchKernelEx(&cfg, l.module.functions.at(main.index), args, nullptr),
+                      "cuLaunchKernelEx");
+    } else {
+        driver::check(driver::api().cuLaunchKernel(l.module.functions.at(main.index), key_blocks,
+                                                   unsigned(l.config.num_heads_kv), unsigned(l.call.batch), threads,
+                                                   1, 1, smem, static_cast<CUstream>(l.stream), args, nullptr),
+                      "cuLaunchKernel");
+    }
     launch_backward_post(l, prm);
 }
 

@@ -82,6 +82,7 @@ void launch_backward_post(const BackwardLaunch& l, BwdParams& params);
 // `main` names one, another of the module's main kernels (its entry index, threads and shared memory).
 struct MainKernel {
     int index = 0, threads = 0, smem_bytes = 0;  // threads 0: the plan's
+    int cluster_y = 1;  // > 1: clusters of that many CTAs along y, the grid's y that many times the kv heads
 };
 void launch_backward(const BackwardLaunch& l);
 void launch_backward(const BackwardLaunch& l, BwdParams& prm, void* main_block, MainKernel main = {});

@@ -1,7 +1,7 @@
 // The warp-specialized Hopper backward family (templates/bwd/sm90_ws.cuh): bwd_sm90's GEMMs on two consumer
 // warpgroups, a producer warpgroup streaming Q and dO by TMA (maps encoded per launch) and adding dQ into the
 // accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned) at pads 32..128, and d132..144
-// of 4 (d132's rows placed as they lie).
+// of 4 (d132's rows placed as they lie; GQA groups whose heads alternate placement on clusters of two CTAs).
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -54,6 +54,7 @@ bool encode_q_maps(const BackwardLaunch& l, BwdParamsTma& out) {
 }
 
 constexpr int kFallbackIndex = 3;  // after the main kernel and the row kernels
+constexpr int kPairIndex = 4;      // shifted rows only
 
 class BwdSm90Ws final : public BackwardFamily {
 public:
@@ -90,17 +91,24 @@ public:
         // Q/dO buffer (BwdSm90Fallback), entry kFallbackIndex.
         s.entries.push_back({"rtattn_bwd_main_cp", "const rtattn::BwdParams params",
                              "rtattn::flash_bwd_sm90<rtattn::BwdSm90Fallback<Traits>>(params)", p.warps * 32});
+        // Shifted rows: GQA groups whose heads alternate placement, on clusters of two CTAs (entry kPairIndex).
+        if (geometry::bwd_sm90_ws_shift_rows(p.head_dim_qk, p.pad_qk))
+            s.entries.push_back({"rtattn_bwd_main_pair", "const __grid_constant__ rtattn::BwdParamsTma params",
+                                 "rtattn::flash_bwd_sm90_ws<Traits, true>(params)", p.threads()});
         return s;
     }
     void launch(const BackwardLaunch& l) const override {
         BwdParamsTma prm{};
         prm.p = backward_params(l);
-        // Shifted rows need every query head of a group placed alike (the kernel's tiles follow the group's first
-        // head): MHA, or head strides of 8-element multiples.
+        // Shifted rows of a group's query heads placed alike (MHA, or head strides of 8-element multiples) run the
+        // main kernel (its tiles follow the group's first head); placed alternately, a cluster of two CTAs per key
+        // block, each walking the heads of one placement.
         const bool mapped = !tma::disabled() && encode_q_maps(l, prm);
         const bool alike = l.config.num_heads_q == l.config.num_heads_kv ||
                            (prm.q_col_step % 8 == 0 && prm.do_col_step % 8 == 0);
         if (mapped && alike) return launch_backward(l, prm.p, &prm);
+        if (mapped && l.config.num_heads_kv <= 65535 / 2)  // a grid's y
+            return launch_backward(l, prm.p, &prm, {kPairIndex, l.plan.threads(), l.plan.smem_bytes, 2});
         launch_backward(l, prm.p, &prm.p,
                         {kFallbackIndex, l.plan.warps * 32,
                          geometry::bwd_sm90_smem_bytes(l.plan.pad_qk, l.plan.pad_v, 64, l.plan.block_n, 1)});

@@ -55,8 +55,9 @@ constexpr BwdTileRow kBwdTiles[] = {
      "sm_90a, d132, 136, 140, 144 (d_qk = d_v): as the row above, 144-column tiles in per-width panels (two slots "
      "fit 227 KB; bwd_sm90's 192-column ones do not), accumulators of the head dim rounded to 8; d132's and d140's "
      "rows placed 0 or 4 columns right as they lie, by TMA from the 16-byte boundary before them (columns outside "
-     "zeroed once landed; groups whose heads lie differently run bwd_sm90's kernel) (H200, S=4k and 16k: d132 "
-     "1.31-1.39x bwd_sm90, d136 1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x)",
+     "zeroed once landed; a GQA group whose heads alternate placement runs on clusters of two CTAs, one per placement: "
+     "the 70B layer's d132 backward 1.43x bwd_sm90's kernel) (H200, S=4k and 16k: d132 1.31-1.39x bwd_sm90, d136 "
+     "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x)",
      true, 4},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "

@@ -57,10 +57,10 @@ struct BwdShapeSm90Ws {
     // Head dims of 4 mod 8 at pad 144 (d132, d140; d_qk = d_v): rows whose packed heads start 8 bytes off 16 in
     // every other head. Each tile holds its rows placed 0 or 4 columns right, as they lie (K and V as the CTA's
     // first query head's Q and dO rows); a TMA box starts at the 16-byte boundary at or before the row, and the
-    // producer zeroes the columns outside it once the tile lands. The launch sends here only calls whose query heads
-    // of a group lie alike (MHA, or head strides of 8-element multiples); groups that alternate run bwd_sm90's
-    // kernel (an 8-byte cp.async hand-over to producer warps 10-11 for the other heads ran the 70B layer's d132
-    // backward at 0.79x it, H200).
+    // producer zeroes the columns outside it once the tile lands. The main entry takes calls whose query heads of a
+    // group lie alike (MHA, or head strides of 8-element multiples); groups that alternate run the pair entry
+    // (kPair below: two CTAs per key block, one per placement; walking both placements in one CTA, with K and V
+    // reloaded between them, cost idle code 12% of every d132 call and spilled as an entry of its own).
     static constexpr bool kShiftRows = geometry::bwd_sm90_ws_shift_rows(T::kHeadDimQK, T::kPadQK);
     static constexpr int kSmemBytes =
         geometry::bwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
@@ -77,6 +77,13 @@ struct BwdShapeSm90Ws {
                       T::kBlockN == 128 && T::kWarps == 8,
                   "two warpgroups of 64 keys; 64 queries a step, 128 at pads up to 64");
     static_assert(T::kStages >= 1 && T::kStages <= 2, "one or two Q/dO slots");
+    // Pairs' dK and dV exchange (kPair): fp32 rows of the accumulators' width, or 8 more: strides of 8 mod 16 floats
+    // keep a warp's float2 stores conflict-free; at the start of shared memory, before the barriers.
+    static constexpr int kXStrideQK = kAccQK % 16 == 8 ? kAccQK : kAccQK + 8;
+    static constexpr int kXStrideV = kAccV % 16 == 8 ? kAccV : kAccV + 8;
+    static_assert(!kShiftRows || 4 * T::kBlockN * (kXStrideQK + kXStrideV) <=
+                                     kSmemBytes - 8 * (2 * T::kStages + 4) - 16 - 8 * T::kStages * T::kBlockM,
+                  "the pairs' exchange fits below the barriers");
     static_assert(!kShiftRows || (T::kHeadDimQK == T::kHeadDimV && T::kVecQK == 4 && T::kHeadDimQK + 4 <= kAccQK),
                   "shifted rows: d_qk = d_v on 8-byte vectors, 4 columns of room");
 };
@@ -114,9 +121,14 @@ struct BwdSm90Fallback : T {
     static constexpr int kStages = 1;
 };
 
-template <class T>
+// kPair: shifted rows of a GQA group whose query heads lie alternately 0 and 4 columns right (head strides of 4 mod 8)
+// run on clusters of two CTAs per key block: rank r walks the group's heads r, r + 2, ... (placed alike) with K and V
+// placed as they are, then rank 1 hands its dK and dV to rank 0 through shared memory and rank 0 stores the sums (the
+// order of the sum fixed: deterministic either way).
+template <class T, bool kPair = false>
 __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     using S = BwdShapeSm90Ws<T>;
+    static_assert(!kPair || S::kShiftRows, "pairs for shifted rows only");
     using ptx::u16;
     using ptx::u32;
     const BwdParams& p = pt.p;
@@ -146,7 +158,12 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
     const int n_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int kv_head = blockIdx.y, batch = blockIdx.z;
+    const int part = kPair ? int(blockIdx.y & 1) : 0;  // the CTA's rank in its cluster (1 x 2 x 1)
+    const int kv_head = kPair ? blockIdx.y >> 1 : blockIdx.y, batch = blockIdx.z;
+    constexpr int kHeadStep = kPair ? 2 : 1;
+    // The CTA's first query head (recomputed where used: held, it moved the producer's registers), then every
+    // kHeadStep-th of the group.
+    auto head0 = [&] { return kv_head * p.q_per_kv + part; };
     const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
     const int n0 = n_block * T::kBlockN;
     if constexpr (T::kVarlen) {
@@ -159,16 +176,16 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
     const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
     const int m_begin = first_row / T::kBlockM;
-    const int steps = (m_blocks - m_begin) * p.q_per_kv;
+    const int steps = (m_blocks - m_begin) * (kPair ? (p.q_per_kv - part + 1) >> 1 : p.q_per_kv);
     auto next_step = [&](int& head, int& m_block) {
-        if (++m_block == m_blocks) m_block = m_begin, ++head;
+        if (++m_block == m_blocks) m_block = m_begin, head += kHeadStep;
     };
     // Where a query head's Q (dO) rows lie in their boxes: 0 or 4 columns right (shifted rows; the launch encodes
     // maps only where the pointers are 16-byte aligned and each head's rows start alike); the CTA's tiles are placed
     // as its first head's.
     auto shift_q = [&](int head) { return S::kShiftRows ? head * pt.q_col_step & 7 : 0; };
     auto shift_do = [&](int head) { return S::kShiftRows ? head * pt.do_col_step & 7 : 0; };
-    const int sk = shift_q(kv_head * p.q_per_kv), sv = shift_do(kv_head * p.q_per_kv);
+    const int sk = shift_q(head0()), sv = shift_do(head0());
 
     // K's and V's pad columns zero once (cp.async never writes them; Q's and dO's arrive as zeros from TMA), and the
     // staging rows' tail, which the reduction adds into the workspace's padding.
@@ -213,20 +230,20 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         }
         ptx::mbar_arrive_cp_async(kv_bar);
 
-        int head = kv_head * p.q_per_kv, m_block = m_begin;
+        int head = head0(), m_block = m_begin;
         if (warp == 8) {
             // Q, dO, LSE, D of each step into slot i % kSt, by TMA and bulk copies from one thread. Tiles that need
             // fixing once landed (a packed sequence's last query block, whose rows past its end are the next
             // sequence's; shifted rows, whose boxes hold other heads' columns beside the row) land on `landed`
-            // first, and the warp zeroes what is not the rows' before the slot is marked full. Shifted rows of a head
-            // placed otherwise than the CTA's tiles do not come here (the launch runs bwd_sm90's kernel for them).
+            // first, and the warp zeroes what is not the rows' before the slot is marked full. Every head the CTA
+            // walks lies as its tiles (a pair's CTA walks one placement).
             // Every barrier is waited on phase by phase by one party: a wait on a parity cannot tell a phase from the
             // one two later.
             int fixes = 0;  // uses of `landed` so far: its phase
             for (int i = 0; i < steps; ++i) {
                 // The step's head and query block from i alone: the producer's registers hold little across steps.
                 const int in_head = i / (m_blocks - m_begin);
-                const int head = kv_head * p.q_per_kv + in_head;
+                const int head = head0() + in_head * kHeadStep;
                 const int m0 = (m_begin + i - in_head * (m_blocks - m_begin)) * T::kBlockM;
                 const int st = i % kSt;
                 u16* sQ = sQ0 + st * S::kQElems;
@@ -315,7 +332,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     if (steps > 0) ptx::mbar_wait(kv_bar, 0);
     wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before this thread's wgmma
 
-    int head = kv_head * p.q_per_kv, m_block = m_begin;
+    int head = head0(), m_block = m_begin;
     for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
         const int st = kSt > 1 ? i % kSt : 0;
         const int m0 = m_block * T::kBlockM;
@@ -399,6 +416,41 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(empty(st));  // this warp is done with the slot
+    }
+
+    if constexpr (kPair) {
+        // Rank 1's dK and dV into rank 0's shared memory (free once both walks are done and rank 0's last staged dQ
+        // has been read), as the rows' columns (each CTA's tiles lie its own shift right), rows of S::kXStride floats.
+        if (steps > 0) ptx::mbar_wait(dq_empty, (steps - 1) & 1);
+        ptx::cluster_sync();
+        const u32 rank = ptx::cluster_rank();  // read again: held through the walk, `part` took a register
+        const int r0 = key0 - n0;
+        const u32 x_dk = ptx::smem_u32(smem_raw), x_dv = x_dk + 4 * T::kBlockN * S::kXStrideQK;
+        // Rank 1 stores its columns of the rows there; rank 0 adds them to its own (d_qk = d_v for shifted rows).
+        auto exchange = [&](auto& acc, auto cols, int shift, u32 base, int stride) {
+            constexpr int kCols = decltype(cols)::value;
+            const u32 remote = rank == 1 ? ptx::cluster_map(base, 0) : 0;
+            const float* local = reinterpret_cast<const float*>(smem_raw + (base - x_dk));
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int nb = 0; nb < kCols / 8; ++nb) {
+                    const int col = nb * 8 + t2 - shift, at = (r0 + 8 * h) * stride + col;
+                    if (col < 0 || col >= T::kHeadDimQK) continue;
+                    if (rank == 1)
+                        ptx::st_cluster_f32x2(remote + 4 * at, acc[nb][2 * h], acc[nb][2 * h + 1]);
+                    else
+                        acc[nb][2 * h] += local[at], acc[nb][2 * h + 1] += local[at + 1];
+                }
+        };
+        if (rank == 1) {
+            exchange(acc_dk, detail::IntC<S::kAccQK>(), sk, x_dk, S::kXStrideQK);
+            exchange(acc_dv, detail::IntC<S::kAccV>(), sv, x_dv, S::kXStrideV);
+        }
+        ptx::cluster_sync();  // rank 1's sums have landed
+        if (rank == 1) return;
+        exchange(acc_dk, detail::IntC<S::kAccQK>(), sk, x_dk, S::kXStrideQK);
+        exchange(acc_dv, detail::IntC<S::kAccV>(), sv, x_dv, S::kXStrideV);
     }
 
     // dK (scaled) and dV for this thread's two keys: rows below seqlen_k, real columns.
