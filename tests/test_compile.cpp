@@ -204,7 +204,8 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         jobs.push_back({d, d % 2 ? "sm_90a" : "sm_80", paged_forward});
         jobs.push_back({d, "sm_90a", varlen_rows_16b});
         // sm_90a's wgmma backwards, dense and packed: every head dim they serve (test_plan says which family each).
-        if ((d > 16 && d <= 64 && d % 8 == 0) || (d > 64 && d <= 96) || d == 104 || d == 112 || (d > 112 && d <= 144)) {
+        if ((d > 16 && d <= 64 && d % 8 == 0) || (d > 64 && d <= 96) || d == 104 || d == 112 || (d > 112 && d <= 144) ||
+            d == 184 || d == 192 || d == 248 || d == 256) {
             jobs.push_back({d, "sm_90a", backward});
             jobs.push_back({d, "sm_90a", varlen_backward});
         }

@@ -502,18 +502,28 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
 }
 
-TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, the mma.sync one elsewhere", "[plan][bwd]") {
+TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, 192 and 256, the mma.sync one elsewhere", "[plan][bwd]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
         AttentionConfig c = cfg(d, "sm_90a");
         const auto p = rtattn::plan::plan_backward(c);
         // Head dims of 8 at pads 32..128 and of 4 at pad 144: the warp-specialized kernel (TMA boxes, from the
-        // 16-byte boundary before d132's and d140's rows); the others of pads 80, 96, 128 and 144: bwd_sm90.
-        const bool ws = (d > 16 && d <= 128 && d % 8 == 0) || (d > 128 && d <= 144 && d % 4 == 0);
+        // 16-byte boundary before d132's and d140's rows); the others of pads 80, 96, 128 and 144: bwd_sm90. Head
+        // dims of 8 at pads 192 and 256: the warp-specialized kernel's wide form, 64 keys a CTA (one Q/dO slot at 256).
+        const bool wide = (d == 184 || d == 192 || d == 248 || d == 256);
+        CHECK((p.family == &rtattn::kernels::bwd_sm90_ws() && p.block_n == 64) == wide);
+        if (wide) {
+            CHECK(p.block_m == 64);
+            CHECK(p.threads() == 384);
+            CHECK(p.stages == (d <= 192 ? 2 : 1));
+            CHECK(p.smem_bytes == rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, 64, 64, p.stages));
+            CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
+        }
+        const bool ws = (d > 16 && d <= 128 && d % 8 == 0) || (d > 128 && d <= 144 && d % 4 == 0) || wide;
         const bool wgmma = !ws && ((d > 64 && d <= 96) || (d > 112 && d <= 144));
         CHECK((p.family == &rtattn::kernels::bwd_sm90_ws()) == ws);
         CHECK((p.family == &rtattn::kernels::bwd_sm90()) == wgmma);
-        if (ws || wgmma) {
+        if ((ws || wgmma) && !wide) {
             CHECK(p.block_m == (ws && d <= 64 ? 128 : 64));  // 128 queries a step where the GEMMs are small
             CHECK(p.block_n == 128);
             CHECK(p.threads() == (ws ? 384 : 256));
@@ -539,6 +549,17 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, the mma.sync one
     CHECK(family_of(60, 128) == &rtattn::kernels::bwd_sm90());
     CHECK(family_of(128, 64) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90_ws());
+    // The wide form: each pad 64, 128, 192 or 256, one past 144 (its halves split on panels), head dims of 8.
+    CHECK(family_of(192, 128) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(192, 64) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(256, 192) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(192, 96) == &rtattn::kernels::bwd_mma());
+    CHECK(family_of(160, 160) == &rtattn::kernels::bwd_mma());
+    CHECK(family_of(188, 188) == &rtattn::kernels::bwd_mma());
+    CHECK(rtattn::plan::plan_backward(cfg(192, "sm_90a"), "64,64,8,0,0,0,1").stages == 1);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(192, "sm_90a"), "64,128,8,0,0,0,2"), rtattn::ConfigError);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(192, "sm_90a"), "128,64,8,0,0,0,2"), rtattn::ConfigError);
+    CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,64,8,0,0,0,2"), rtattn::ConfigError);
     // RTATTN_BWD_TILE on the wgmma families: 64 query rows, 64 keys per warpgroup (the warp-specialized one: two).
     CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "64,128,8,0,0,0,1").stages == 1);
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(128, "sm_90a"), "128,128,8,0,0,0,1"), rtattn::ConfigError);

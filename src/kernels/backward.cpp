@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/args.hpp"
@@ -147,6 +148,11 @@ void launch_backward(const BackwardLaunch& l, BwdParams& prm, void* main_block, 
     const unsigned key_blocks = unsigned((l.call.seqlen_k + l.plan.block_n - 1) / l.plan.block_n);
     const unsigned threads = unsigned(main.threads ? main.threads : l.plan.threads());
     const unsigned smem = unsigned(main.threads ? main.smem_bytes : l.plan.smem_bytes);
+    // The module's entries may take the plan's shared memory (driver::load); another main kernel can need more.
+    if (int(smem) > std::max(l.plan.smem_bytes, 48 * 1024))
+        driver::check(driver::api().cuFuncSetAttribute(l.module.functions.at(main.index),
+                                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
+                      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     if (main.cluster_y > 1) {
         CUlaunchAttribute cluster{};
         cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;

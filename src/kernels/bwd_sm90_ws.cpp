@@ -1,7 +1,8 @@
 // The warp-specialized Hopper backward family (templates/bwd/sm90_ws.cuh): bwd_sm90's GEMMs on two consumer
 // warpgroups, a producer warpgroup streaming Q and dO by TMA (maps encoded per launch) and adding dQ into the
 // accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned) at pads 32..128, and d132..144
-// of 4 (d132's rows placed as they lie; GQA groups whose heads alternate placement on clusters of two CTAs).
+// of 4 (d132's rows placed as they lie; GQA groups whose heads alternate placement on clusters of two CTAs), and in
+// its wide form (64 keys a CTA, the warpgroups splitting the columns) pads 192 and 256.
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -53,6 +54,9 @@ bool encode_q_maps(const BackwardLaunch& l, BwdParamsTma& out) {
     return q_seq_dim == do_seq_dim && (out.q_col_step == 0) == (out.do_col_step == 0);
 }
 
+// The wide form (bwd/sm90_ws.cuh kWide): 64 keys a CTA, at pads past 144.
+bool is_wide(const plan::BackwardPlan& p) { return p.block_n == 64; }
+
 constexpr int kFallbackIndex = 3;  // after the main kernel and the row kernels
 constexpr int kPairIndex = 4;      // shifted rows only
 
@@ -74,23 +78,29 @@ public:
         s.traits.push_back(int_trait("kWarps", p.warps));
         s.traits.push_back(int_trait("kStages", p.stages));
         // The fallback kernel's widths, then this kernel's: S^T, dP^T block_m columns; dQ the accumulator's columns
-        // (128 query rows a step: each warpgroup 64 rows) or its split; dV, dK (A from registers) the accumulators'
-        // columns, chunked.
+        // (128 query rows a step: each warpgroup 64 rows) or its split (wide: each warpgroup half the pad's); dV, dK
+        // (A from registers) the accumulators' columns (wide: half the pads'), chunked.
         std::set<int> ss, rs;
-        bwd_sm90_widths(p, ss, rs);
-        const int acc_qk = geometry::bwd_sm90_ws_acc_cols(p.head_dim_qk, p.pad_qk);
-        const int split = p.block_m == 128 ? acc_qk : geometry::bwd_sm90_ws_dq_split(acc_qk);
+        const bool wide = is_wide(p);
+        if (!wide) bwd_sm90_widths(p, ss, rs);
+        const int acc_qk = wide ? p.pad_qk / 2 : geometry::bwd_sm90_ws_acc_cols(p.head_dim_qk, p.pad_qk);
+        const int acc_v = wide ? p.pad_v / 2 : geometry::bwd_sm90_ws_acc_cols(p.head_dim_v, p.pad_v);
+        const int split = p.block_m == 128 || wide ? acc_qk : geometry::bwd_sm90_ws_dq_split(acc_qk);
         for (int n : {p.block_m, split, acc_qk - split})
             if (n > 0)
                 for (int w : sm90::chunk_widths(n)) ss.insert(w);
-        for (int n : {acc_qk, geometry::bwd_sm90_ws_acc_cols(p.head_dim_v, p.pad_v)})
+        for (int n : {acc_qk, acc_v})
             for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
                                              std::vector<int>(rs.begin(), rs.end()), p.bf16);
-        // Where no map can be encoded, or shifted rows of a group lie differently: bwd/sm90.cuh's kernel with one
-        // Q/dO buffer (BwdSm90Fallback), entry kFallbackIndex.
-        s.entries.push_back({"rtattn_bwd_main_cp", "const rtattn::BwdParams params",
-                             "rtattn::flash_bwd_sm90<rtattn::BwdSm90Fallback<Traits>>(params)", p.warps * 32});
+        // Where no map can be encoded: bwd/sm90.cuh's kernel with one Q/dO buffer (BwdSm90Fallback), or for the
+        // wide form bwd/mma.cuh's (BwdMmaFallback), entry kFallbackIndex.
+        if (wide)
+            s.entries.push_back({"rtattn_bwd_main_cp", "const rtattn::BwdParams params",
+                                 "rtattn::flash_bwd_main<rtattn::BwdMmaFallback<Traits>>(params)", p.warps * 32});
+        else
+            s.entries.push_back({"rtattn_bwd_main_cp", "const rtattn::BwdParams params",
+                                 "rtattn::flash_bwd_sm90<rtattn::BwdSm90Fallback<Traits>>(params)", p.warps * 32});
         // Shifted rows: GQA groups whose heads alternate placement, on clusters of two CTAs (entry kPairIndex).
         if (geometry::bwd_sm90_ws_shift_rows(p.head_dim_qk, p.pad_qk))
             s.entries.push_back({"rtattn_bwd_main_pair", "const __grid_constant__ rtattn::BwdParamsTma params",
@@ -109,9 +119,11 @@ public:
         if (mapped && alike) return launch_backward(l, prm.p, &prm);
         if (mapped && l.config.num_heads_kv <= 65535 / 2)  // a grid's y
             return launch_backward(l, prm.p, &prm, {kPairIndex, l.plan.threads(), l.plan.smem_bytes, 2});
+        const plan::BackwardPlan& p = l.plan;
         launch_backward(l, prm.p, &prm.p,
-                        {kFallbackIndex, l.plan.warps * 32,
-                         geometry::bwd_sm90_smem_bytes(l.plan.pad_qk, l.plan.pad_v, 64, l.plan.block_n, 1)});
+                        {kFallbackIndex, p.warps * 32,
+                         is_wide(p) ? geometry::bwd_mma_smem_bytes(p.pad_qk, p.pad_v, 64, 64, 1, true)
+                                    : geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, 64, p.block_n, 1)});
     }
 };
 

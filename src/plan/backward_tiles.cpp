@@ -59,6 +59,14 @@ constexpr BwdTileRow kBwdTiles[] = {
      "the 70B layer's d132 backward 1.43x bwd_sm90's kernel) (H200, S=4k and 16k: d132 1.31-1.39x bwd_sm90, d136 "
      "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x)",
      true, 4},
+    {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 2,
+     "sm_90a, head dims of 8 with pads 192 (d184, d192) and 256 (d248, d256) or a pair of pads 64/128/192/256 (192/128): "
+     "the wide form, 64 keys a CTA, both consumer warpgroups on all of them (S^T and dP^T computed twice), each "
+     "keeping half of dK's, dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers)",
+     false, 8},
+    {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 1,
+     "sm_90a, the row above where two Q/dO slots outgrow 227 KB (pad 256): one slot",
+     false, 8},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "
      "bytes): as d113..128 below, the warpgroups splitting dQ's columns at 64 (H200, S=4k and 16k: d80 1.26-1.33x the "
@@ -106,9 +114,14 @@ constexpr BwdTileRow kBwdTiles[] = {
 // ConfigError naming what is wrong, before NVRTC).
 std::string tile_problem(const BackwardPlan& p) {
     if (p.family == &kernels::bwd_sm90_ws()) {
-        if ((p.block_m != 64 && p.block_m != 128) || p.block_n != 128 || p.warps != 8)
-            return "the warp-specialized wgmma backward takes block_m 64 (or 128 at pads up to 64), block_n 128, "
-                   "warps 8";
+        if (p.block_n == 64 && (p.block_m != 64 || p.warps != 8 || !geometry::bwd_sm90_ws_wide(p.pad_qk, p.pad_v)))
+            return "block_n 64 is the warp-specialized wgmma backward's wide form: block_m 64, warps 8, pads 64, 128, "
+                   "192 or 256 with one past 144";
+        if (p.block_n == 128 && std::max(p.pad_qk, p.pad_v) > 144)
+            return "pads past 144 take the warp-specialized wgmma backward's wide form (block_n 64)";
+        if ((p.block_m != 64 && p.block_m != 128) || (p.block_n != 128 && p.block_n != 64) || p.warps != 8)
+            return "the warp-specialized wgmma backward takes block_m 64 (or 128 at pads up to 64), block_n 128 (64: "
+                   "the wide form), warps 8";
         if (p.block_m == 128 && std::max(p.pad_qk, p.pad_v) > 64)
             return "block_m 128 needs pads up to 64 (S^T, dP^T and dK/dV in registers)";
         if (p.stages != 1 && p.stages != 2) return "stages must be 1 or 2";
@@ -179,6 +192,9 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
         if (row.equal_dims && p.head_dim_qk != p.head_dim_v) continue;
         if (row.dims_of > 1 && (p.head_dim_qk % row.dims_of || p.head_dim_v % row.dims_of || p.pad_qk < 32)) continue;
         if (&f == &kernels::bwd_sm90_ws() && warp_specialized_off()) continue;
+        // The wide form's halves split the columns on 64-column panels (or at 96 of 192): those pads only.
+        if (&f == &kernels::bwd_sm90_ws() && row.block_n == 64 && !geometry::bwd_sm90_ws_wide(p.pad_qk, p.pad_v))
+            continue;
         BackwardPlan cand = p;
         cand.family = &f;
         cand.block_m = row.block_m, cand.block_n = row.block_n, cand.warps = row.warps;

@@ -128,7 +128,7 @@ __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4
 // of the dS^T tile in shared memory (layout LdS).
 template <bool kBF16, int kNB, class LdS>
 __device__ __forceinline__ void bwd_ds_t(float (&dp)[kNB][4], const u32 (&pa)[kNB / 2][4], u32 (&dsa)[kNB / 2][4],
-                                         const float* sD, ptx::u16* sdS, int r, int t2) {
+                                         const float* sD, ptx::u16* sdS, int r, int t2, bool store = true) {
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
         const int c = nb * 8 + t2;
@@ -139,8 +139,10 @@ __device__ __forceinline__ void bwd_ds_t(float (&dp)[kNB][4], const u32 (&pa)[kN
         u32* ds16 = &dsa[nb / 2][(nb & 1) * 2];
         ds16[0] = ptx::pack2<kBF16>(dp[nb][0], dp[nb][1]);
         ds16[1] = ptx::pack2<kBF16>(dp[nb][2], dp[nb][3]);
-        *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ds16[0];
-        *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ds16[1];
+        if (store) {
+            *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ds16[0];
+            *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ds16[1];
+        }
     }
 }
 // dK (scaled) and dV of this thread's two keys from their accumulators (kAccQK, kAccV columns), to rows dk and dv of

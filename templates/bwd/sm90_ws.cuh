@@ -6,7 +6,9 @@
 //              warpgroups exchange dS^T (shared memory, two buffers: a step writes the one its predecessor's
 //              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its share, over all
 //              128 keys: 64 of a step's 128 query rows at pads up to 64, else the columns of
-//              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs.
+//              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs. The wide form (pads 192 and
+//              256, kWide): 64 keys a CTA, both warpgroups on all of them, each with half of the columns of dK, dV
+//              and dQ (S^T and dP^T computed by both).
 //   producer   warpgroup 2 on few registers (setmaxnreg): its threads load K and V once (cp.async, rows past
 //              seqlen_k zero); its warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots by TMA
 //              and bulk copies from one thread, and zeroes what must not reach the GEMMs once a tile has landed (a
@@ -34,6 +36,7 @@
 #include "sm90/gemm.cuh"
 #include "sm90/load.cuh"
 #include "sm90/tile_layout.cuh"
+#include "bwd/mma.cuh"
 #include "bwd/rows.cuh"
 #include "bwd/sm90.cuh"
 
@@ -51,9 +54,15 @@ struct BwdShapeSm90Ws {
     static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
     static constexpr int kNB = T::kBlockM / 8;
-    // dK, dV (and dQ) accumulators: the pad, or past 128 the head dim rounded to 8 (d136: 136, not 144).
-    static constexpr int kAccQK = geometry::bwd_sm90_ws_acc_cols(T::kHeadDimQK, T::kPadQK);
-    static constexpr int kAccV = geometry::bwd_sm90_ws_acc_cols(T::kHeadDimV, T::kPadV);
+    // The wide form (pads past 144, 64 keys a CTA): dK and dV of 64 keys x pad no longer fit one warpgroup's
+    // registers, so both warpgroups take all 64 keys, each computing S^T and dP^T whole (the same values: 7 GEMM
+    // units a step for 5) and keeping half of dK's, dV's and dQ's columns (geometry::bwd_sm90_ws_wide_col).
+    static constexpr bool kWide = T::kBlockN == 64;
+    // dK, dV (and dQ) accumulators: the pad, or past 128 the head dim rounded to 8 (d136: 136, not 144); wide: the
+    // pad, and a warpgroup's share half of it.
+    static constexpr int kAccQK = kWide ? T::kPadQK : geometry::bwd_sm90_ws_acc_cols(T::kHeadDimQK, T::kPadQK);
+    static constexpr int kAccV = kWide ? T::kPadV : geometry::bwd_sm90_ws_acc_cols(T::kHeadDimV, T::kPadV);
+    static constexpr int kColsQK = kWide ? kAccQK / 2 : kAccQK, kColsV = kWide ? kAccV / 2 : kAccV;
     // Head dims of 4 mod 8 at pad 144 (d132, d140; d_qk = d_v): rows whose packed heads start 8 bytes off 16 in
     // every other head. Each tile holds its rows placed 0 or 4 columns right, as they lie (K and V as the CTA's
     // first query head's Q and dO rows); a TMA box starts at the 16-byte boundary at or before the row, and the
@@ -69,13 +78,15 @@ struct BwdShapeSm90Ws {
     static constexpr int kConsumerRegs = 240;
     static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
     static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= kThreads * kEntryRegs, "register split");
-    static_assert(T::kPadQK <= 144 && T::kPadV <= 144 && T::kPadQK >= 32, "pads 32..144");
+    static_assert(kWide ? geometry::bwd_sm90_ws_wide(T::kPadQK, T::kPadV)
+                        : T::kPadQK <= 144 && T::kPadV <= 144 && T::kPadQK >= 32,
+                  "pads 32..144, or the wide form's");
     // dQ between the warpgroups: 64 of 128 query rows each, or of 64 rows the columns [0, split) and the rest.
     static constexpr bool kDqByRows = T::kBlockM == 128;
     static constexpr int kDqSplit = geometry::bwd_sm90_ws_dq_split(kAccQK);
     static_assert((T::kBlockM == 64 || (T::kBlockM == 128 && T::kPadQK <= 64 && T::kPadV <= 64)) &&
-                      T::kBlockN == 128 && T::kWarps == 8,
-                  "two warpgroups of 64 keys; 64 queries a step, 128 at pads up to 64");
+                      (T::kBlockN == 128 || (kWide && T::kBlockM == 64)) && T::kWarps == 8,
+                  "two warpgroups of 64 keys (wide: both on the same 64); 64 queries a step, 128 at pads up to 64");
     static_assert(T::kStages >= 1 && T::kStages <= 2, "one or two Q/dO slots");
     // Pairs' dK and dV exchange (kPair): fp32 rows of the accumulators' width, or 8 more: strides of 8 mod 16 floats
     // keep a warp's float2 stores conflict-free; at the start of shared memory, before the barriers.
@@ -119,6 +130,13 @@ template <class T>
 struct BwdSm90Fallback : T {
     static constexpr int kBlockM = 64;
     static constexpr int kStages = 1;
+};
+// The wide form's (pads past 144, which bwd/sm90.cuh's kernel does not take): bwd/mma.cuh's, 64 x 64 tiles on 8
+// warps with one Q/dO buffer and dQ by bulk reduction, as the mma.sync table row for d<=256.
+template <class T>
+struct BwdMmaFallback : T {
+    static constexpr int kSdpWarpsM = 4, kDkvWarpsN = 2, kDqWarpsM = 2, kStages = 1;
+    static constexpr bool kBulkDQ = true;
 };
 
 // kPair: shifted rows of a GQA group whose query heads lie alternately 0 and 4 columns right (head strides of 4 mod 8)
@@ -323,9 +341,13 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
 
     ptx::setmaxnreg_inc<S::kConsumerRegs>();
     const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
-    const int key0 = n0 + wg * 64 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
-    float acc_dk[S::kAccQK / 8][4];
-    float acc_dv[S::kAccV / 8][4];
+    const int key_wg = S::kWide ? 0 : wg * 64;   // the warpgroup's first key in the CTA's block
+    const int key0 = n0 + key_wg + wq * 16 + g;  // this thread's first key; the other is key0 + 8
+    // A warpgroup accumulator column's tile column (wide: its half's; else the same).
+    auto col_qk = [&](int j) { return S::kWide ? geometry::bwd_sm90_ws_wide_col(T::kPadQK, wg, j) : j; };
+    auto col_v = [&](int j) { return S::kWide ? geometry::bwd_sm90_ws_wide_col(T::kPadV, wg, j) : j; };
+    float acc_dk[S::kColsQK / 8][4];
+    float acc_dv[S::kColsV / 8][4];
     detail::zero_frags(acc_dk);
     detail::zero_frags(acc_dv);
     const u32 aK0 = ptx::smem_u32(sK), aV0 = ptx::smem_u32(sV);
@@ -351,9 +373,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         float s[S::kNB][4];
         float dp[S::kNB][4];
         wgmma::fence();
-        detail::bwd_scores_t<LK, LQ, T::kPadQK / 16, T::kBF16>(s, aK, aQ, wg);
+        detail::bwd_scores_t<LK, LQ, T::kPadQK / 16, T::kBF16>(s, aK, aQ, S::kWide ? 0 : wg);
         wgmma::commit();
-        detail::bwd_scores_t<LV, LdO, T::kPadV / 16, T::kBF16>(dp, aV, adO, wg);
+        detail::bwd_scores_t<LV, LdO, T::kPadV / 16, T::kBF16>(dp, aV, adO, S::kWide ? 0 : wg);
         wgmma::commit();
         wgmma::wait<1>();
         sm90::fence_regs<S::kNB * 4>(&s[0][0]);
@@ -365,12 +387,13 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         wgmma::wait<0>();
         sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
         u32 dsa[T::kBlockM / 16][4];
-        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, wg * 64 + wq * 16 + g, t2);
+        // (Wide: the first warpgroup's dS^T is the second's too; it alone stores it.)
+        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, key_wg + wq * 16 + g, t2, !S::kWide || wg == 0);
 
         // dV += P^T dO while the warpgroups exchange dS^T.
         wgmma::fence();
-        sm90::gemm_rs<S::kAccV, T::kBlockM / 16, T::kBF16, true>(
-            acc_dv, pa, [&](int kk, int c0) { return LdO::n_major(adO, kk, c0); });
+        sm90::gemm_rs<S::kColsV, T::kBlockM / 16, T::kBF16, true>(
+            acc_dv, pa, [&](int kk, int c0) { return LdO::template n_major<S::kWide>(adO, kk, col_v(c0)); });
         wgmma::commit();
         wgmma::fence_proxy_async();   // dS^T's stores, visible to wgmma
         ptx::bar_sync(1, S::kConsumerThreads);
@@ -379,30 +402,30 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         const int dq_row0 = S::kDqByRows ? wg * 64 : 0;
         auto dq_then_dk = [&](auto width, int c_first) {
             constexpr int kW = decltype(width)::value;
-            constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
+            constexpr bool kInside = S::kWide || (!S::kDqByRows && S::kDqSplit % 64 != 0);
             float dq[kW / 8][4];
             sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
                 dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
-                [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, c_first + c0); });
+                [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, col_qk(c_first + c0)); });
             wgmma::commit();
-            sm90::gemm_rs<S::kAccQK, T::kBlockM / 16, T::kBF16, true>(
-                acc_dk, dsa, [&](int kk, int c0) { return LQ::n_major(aQ, kk, c0); });
+            sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
+                acc_dk, dsa, [&](int kk, int c0) { return LQ::template n_major<S::kWide>(aQ, kk, col_qk(c0)); });
             wgmma::commit();
             wgmma::wait<1>();  // dV and dQ done
             sm90::fence_regs<kW / 2>(&dq[0][0]);
-            sm90::fence_regs<S::kAccV / 2>(&acc_dv[0][0]);
+            sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
             if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
 #pragma unroll
             for (int nb = 0; nb < kW / 8; ++nb) {
-                const int col = c_first + nb * 8 + t2 - sk;  // the row's element (the tiles' columns lie sk right)
+                const int col = col_qk(c_first + nb * 8 + t2) - sk;  // the row's element (the tiles' lie sk right)
                 if (S::kShiftRows && col < 0) continue;
                 float* row = sdQ + (dq_row0 + wq * 16 + g) * S::kDqStride + col;
                 *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
                 *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
             }
         };
-        if constexpr (S::kDqByRows)
-            dq_then_dk(detail::IntC<S::kAccQK>(), 0);
+        if constexpr (S::kDqByRows || S::kWide)
+            dq_then_dk(detail::IntC<S::kColsQK>(), 0);
         else if (wg == 0)
             dq_then_dk(detail::IntC<S::kDqSplit>(), 0);
         else
@@ -411,7 +434,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(dq_full);
         wgmma::wait<0>();
-        sm90::fence_regs<S::kAccQK / 2>(&acc_dk[0][0]);
+        sm90::fence_regs<S::kColsQK / 2>(&acc_dk[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&pa[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
         __syncwarp();
@@ -456,8 +479,26 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     // dK (scaled) and dV for this thread's two keys: rows below seqlen_k, real columns.
     u16* dk = static_cast<u16*>(p.dk) + view.k_off(p.dk_batch_stride, p.dk_seq_stride) + kv_head * p.dk_head_stride;
     u16* dv = static_cast<u16*>(p.dv) + view.k_off(p.dv_batch_stride, p.dv_seq_stride) + kv_head * p.dv_head_stride;
-    detail::bwd_store_dkdv<T, S::kAccQK, S::kAccV, S::kShiftRows>(acc_dk, acc_dv, dk, dv, p, key0, seqlen_k, t2, sk,
-                                                                  sv);
+    if constexpr (S::kWide) {
+        // Each warpgroup its half of the columns.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int key = key0 + 8 * h;
+            if (key >= seqlen_k) continue;
+#pragma unroll
+            for (int nb = 0; nb < S::kColsQK / 8; ++nb)
+                detail::store_pair<T::kBF16, T::kHeadDimQK, T::kVecQK>(
+                    dk + key * p.dk_seq_stride, col_qk(nb * 8 + t2), acc_dk[nb][2 * h] * p.scale,
+                    acc_dk[nb][2 * h + 1] * p.scale);
+#pragma unroll
+            for (int nb = 0; nb < S::kColsV / 8; ++nb)
+                detail::store_pair<T::kBF16, T::kHeadDimV, T::kVecV>(dv + key * p.dv_seq_stride, col_v(nb * 8 + t2),
+                                                                     acc_dv[nb][2 * h], acc_dv[nb][2 * h + 1]);
+        }
+    } else {
+        detail::bwd_store_dkdv<T, S::kAccQK, S::kAccV, S::kShiftRows>(acc_dk, acc_dv, dk, dv, p, key0, seqlen_k, t2,
+                                                                      sk, sv);
+    }
 }
 
 }  // namespace rtattn

@@ -195,6 +195,22 @@ RTATTN_GEOMETRY int bwd_sm90_ws_acc_cols(int head_dim, int pad) { return pad > 1
 RTATTN_GEOMETRY int bwd_sm90_ws_dq_split(int acc_cols) {
     return acc_cols > 64 ? 64 : acc_cols == 48 ? 32 : acc_cols / 2;
 }
+// Its wide form (bwd/sm90_ws.cuh kWide: 64 keys a CTA, both warpgroups on all of them, each on half of the
+// accumulators' columns) at pads past 144: each pad 64, 128, 192 or 256, so that a half's wgmma chunks never cross a
+// 64-column panel (see bwd_sm90_ws_wide_col).
+RTATTN_GEOMETRY bool bwd_sm90_ws_wide(int pad_qk, int pad_v) {
+    auto ok = [](int pad) { return pad == 64 || pad == 128 || pad == 192 || pad == 256; };
+    return (pad_qk > 144 || pad_v > 144) && ok(pad_qk) && ok(pad_v);
+}
+// The tile column of a warpgroup's accumulator column j in the wide form (chunks laid out as sm90::for_each_chunk
+// lays out pad / 2 columns: 128s, then 64, then 32): the first warpgroup columns [0, pad / 2), the second the rest,
+// which at pad 192 is [96, 128) inside the second panel and the third panel whole: its 64-wide chunk goes to 128, its
+// 32-wide one to 96.
+RTATTN_GEOMETRY int bwd_sm90_ws_wide_col(int pad, int wg, int j) {
+    if (wg == 0) return j;
+    if (pad == 192) return j < 64 ? 128 + j : 96 + (j - 64);
+    return pad / 2 + j;
+}
 // Its shifted rows (bwd/sm90_ws.cuh): head dims of 4 mod 8 at pad 144 (d132, d140), placed 0 or 4 columns right.
 RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
