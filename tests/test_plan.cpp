@@ -509,13 +509,13 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, 192 and 256, the
         const auto p = rtattn::plan::plan_backward(c);
         // Head dims of 8 at pads 32..128 and of 4 at pad 144: the warp-specialized kernel (TMA boxes, from the
         // 16-byte boundary before d132's and d140's rows); the others of pads 80, 96, 128 and 144: bwd_sm90. Head
-        // dims of 8 at pads 192 and 256: the warp-specialized kernel's wide form, 64 keys a CTA (one Q/dO slot at 256).
+        // dims of 8 at pads 192 and 256: the warp-specialized kernel's wide form, 64 keys a CTA.
         const bool wide = (d == 184 || d == 192 || d == 248 || d == 256);
         CHECK((p.family == &rtattn::kernels::bwd_sm90_ws() && p.block_n == 64) == wide);
         if (wide) {
             CHECK(p.block_m == 64);
             CHECK(p.threads() == 384);
-            CHECK(p.stages == (d <= 192 ? 2 : 1));
+            CHECK(p.stages == 2);
             CHECK(p.smem_bytes == rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, 64, 64, p.stages));
             CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
         }

@@ -62,10 +62,9 @@ constexpr BwdTileRow kBwdTiles[] = {
     {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 2,
      "sm_90a, head dims of 8 with pads 192 (d184, d192) and 256 (d248, d256) or a pair of pads 64/128/192/256 (192/128): "
      "the wide form, 64 keys a CTA, both consumer warpgroups on all of them (S^T and dP^T computed twice), each "
-     "keeping half of dK's, dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers)",
-     false, 8},
-    {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 1,
-     "sm_90a, the row above where two Q/dO slots outgrow 227 KB (pad 256): one slot",
+     "keeping half of dK's, dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers); at "
+     "pad_qk 256 dQ by each thread's vector reductions, no staging tile, so that two Q/dO slots fit (one slot: "
+     "0.60x cuDNN at d256, H200)",
      false, 8},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "

@@ -50,6 +50,9 @@ struct BwdShapeSm90Ws {
     static constexpr int kConsumerThreads = T::kWarps * 32;
     static constexpr int kThreads = kConsumerThreads + 128;
     static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);
+    // dQ added by each consumer thread's vector reductions instead of a staged tile (wide form at pad 256).
+    static constexpr bool kDqDirect = geometry::bwd_sm90_ws_dq_direct(T::kPadQK, T::kBlockN);
+    static constexpr int kDqBytes = kDqDirect ? 0 : 4 * T::kBlockM * kDqStride;
     static constexpr int kKElems = T::kBlockN * T::kPadQK, kVElems = T::kBlockN * T::kPadV;
     static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
@@ -161,7 +164,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     // buffers, the slots' LSE and D rows, the barriers, the varlen sizes.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     float* sdQ = reinterpret_cast<float*>(smem_raw);
-    u16* sK = reinterpret_cast<u16*>(smem_raw + 4 * T::kBlockM * S::kDqStride);
+    u16* sK = reinterpret_cast<u16*>(smem_raw + S::kDqBytes);
     u16* sV = sK + S::kKElems;
     u16* sQ0 = sV + S::kVElems;
     u16* sdO0 = sQ0 + kSt * S::kQElems;
@@ -211,8 +214,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     detail::zero_pad_cols<T::kBlockN, T::kHeadDimV, T::kPadV, S::kThreads>(sV, tid, LV::offset);
     constexpr int kDqCols = S::kShiftRows ? T::kHeadDimQK : S::kAccQK;  // staged: the row's columns, shifted back
     constexpr int kDqTail = S::kDqStride - kDqCols;
-    for (int i = tid; i < T::kBlockM * kDqTail; i += S::kThreads)
-        sdQ[i / kDqTail * S::kDqStride + kDqCols + i % kDqTail] = 0.f;
+    if constexpr (!S::kDqDirect)
+        for (int i = tid; i < T::kBlockM * kDqTail; i += S::kThreads)
+            sdQ[i / kDqTail * S::kDqStride + kDqCols + i % kDqTail] = 0.f;
     if (tid == 0) {
         for (int st = 0; st < kSt; ++st) {
             ptx::mbar_init(full(st), 1);
@@ -307,7 +311,26 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                     ptx::bulk_load(ptx::smem_u32(sD0 + st * T::kBlockM), p.delta + ws, 4 * T::kBlockM, bar);
                 }
             }
-        } else if (warp == 9 && lane == 0) {
+        } else if (S::kDqDirect && warp == 9 && lane == 0 && p.deterministic) {
+            // The consumers add dQ themselves; deterministic, each step waits for its turn here (dq_empty: go),
+            // then for every consumer warp's adds (issued and fenced: dq_full) before passing the turn on.
+            for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
+                const int m0 = m_block * T::kBlockM;
+                const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
+                int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
+                const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
+                const int my_turn =
+                    (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
+                                : n_keys_last) -
+                    n_block;
+                while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
+                }
+                ptx::mbar_arrive(dq_empty);
+                ptx::mbar_wait(dq_full, i & 1);
+                __threadfence();
+                atomicAdd(turn, 1);
+            }
+        } else if (!S::kDqDirect && warp == 9 && lane == 0) {
             // Each step's staged dQ into the accumulator rows of its query block.
             for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
                 const int m0 = m_block * T::kBlockM;
@@ -414,6 +437,19 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             wgmma::wait<1>();  // dV and dQ done
             sm90::fence_regs<kW / 2>(&dq[0][0]);
             sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
+            if constexpr (S::kDqDirect) {
+                if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
+                const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + m0 + wq * 16 + g;
+                float* row = p.dq_accum + ws_row * S::kDqStride;
+#pragma unroll
+                for (int nb = 0; nb < kW / 8; ++nb) {
+                    const int col = col_qk(nb * 8 + t2);
+                    ptx::red_add_f32x2(row + col, dq[nb][0], dq[nb][1]);
+                    ptx::red_add_f32x2(row + 8 * S::kDqStride + col, dq[nb][2], dq[nb][3]);
+                }
+                if (p.deterministic) __threadfence();  // the adds performed before the turn passes on
+                return;
+            }
             if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
 #pragma unroll
             for (int nb = 0; nb < kW / 8; ++nb) {
@@ -430,9 +466,14 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             dq_then_dk(detail::IntC<S::kDqSplit>(), 0);
         else
             dq_then_dk(detail::IntC<S::kAccQK - S::kDqSplit>(), S::kDqSplit);
-        ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(dq_full);
+        if constexpr (S::kDqDirect) {
+            __syncwarp();
+            if (lane == 0 && p.deterministic) ptx::mbar_arrive(dq_full);
+        } else {
+            ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(dq_full);
+        }
         wgmma::wait<0>();
         sm90::fence_regs<S::kColsQK / 2>(&acc_dk[0][0]);
         sm90::fence_regs<T::kBlockM / 4>(&pa[0][0]);

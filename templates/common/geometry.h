@@ -213,8 +213,12 @@ RTATTN_GEOMETRY int bwd_sm90_ws_wide_col(int pad, int wg, int j) {
 }
 // Its shifted rows (bwd/sm90_ws.cuh): head dims of 4 mod 8 at pad 144 (d132, d140), placed 0 or 4 columns right.
 RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
+// Its wide form at pad_qk 256 has no dQ staging tile (two Q/dO slots need the room): each consumer thread adds its
+// dQ into the accumulator by vector reductions.
+RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) { return block_n == 64 && pad_qk == 256; }
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
-    return 4 * block_m * bwd_dq_stride(pad_qk) + 2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
+    return (bwd_sm90_ws_dq_direct(pad_qk, block_n) ? 0 : 4 * block_m * bwd_dq_stride(pad_qk)) +
+           2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
            8 * stages * block_m + 8 * (2 * stages + 4) + 16;
 }
 

@@ -202,6 +202,11 @@ __device__ __forceinline__ void bar_arrive(u32 id, u32 count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Adds two floats into global memory (sm_90: one vector reduction, 8-byte aligned).
+__device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+}
+
 // Clusters (sm_90): this CTA's rank, another CTA's shared-memory address for this one's, a store there, and the
 // cluster-wide barrier (every non-exited thread of the cluster arrives; release/acquire order the stores around it).
 __device__ __forceinline__ u32 cluster_rank() {
