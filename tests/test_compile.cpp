@@ -183,7 +183,8 @@ TEST_CASE("ptxas report parsing", "[compile]") {
 // dim, the arch alternating with d. The forward with eight kv heads on sm_90a (two on sm_80), the varlen forward
 // with one (sm_90a plans them apart for head dims that are not multiples of 8) and, on sm_90a, with eight (shifted
 // rows). In parallel. Hidden by default: ctest runs it as its own test, test_compile_sweep.
-TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, varlen, paged and decode", "[.sweep]") {
+TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, forward, backward, varlen, paged and decode",
+          "[.sweep]") {
     enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward, varlen_rows_16b };
     struct Job {
         int d;
@@ -193,6 +194,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
     struct Result {
         Job job;
         int spills, stack, regs, ws_spills, ws_stack;
+        bool serialized;
     };
     std::vector<Job> jobs;
     for (int d = 1; d <= 256; ++d) {
@@ -218,9 +220,12 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
             const Job job = jobs[i];
             const auto dt = job.d % 2 ? rtattn::Dtype::fp16 : rtattn::Dtype::bf16;
             const bool causal = job.d % 3 == 0;
-            Result r{job, 0, 0, 0, 0, 0};
+            Result r{job, 0, 0, 0, 0, 0, false};
             auto entries = [&](const rtattn::compile::Compiled& out, const std::vector<std::string>& names) {
                 r.regs = 255;
+                // ptxas C7512: wgmma.mma_async serialized for want of registers (no spill shows it; the d256
+                // backward ran 11% slower so).
+                r.serialized = out.log.find("C7512") != std::string::npos;
                 // bwd_sm90_ws's main kernels (its module has the fallback entry rtattn_bwd_main_cp; shifted rows
                 // add the pair entry) are held apart, each on its own: they spill today (issue 22; the ceiling below).
                 const bool ws = std::find(names.begin(), names.end(), "rtattn_bwd_main_cp") != names.end();
@@ -271,6 +276,7 @@ TEST_CASE("every head dim 1..256 compiles without spills, forward, backward, var
         CHECK(r.regs > 0);
         CHECK(r.spills == 0);
         CHECK(r.stack == 0);
+        CHECK_FALSE(r.serialized);
         // Not met (issue 22): the warp-specialized backward's main kernel spills a few scalars in 10 of the sweep's
         // 36 configurations it serves, 16-80 bytes stored + loaded, 8-24 bytes of stack (NVRTC 13.0: d40..64 at 128
         // queries a step, d132 varlen, d140); its pair entry (GQA groups of alternating placement) 40 bytes in the

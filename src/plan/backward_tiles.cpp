@@ -64,7 +64,8 @@ constexpr BwdTileRow kBwdTiles[] = {
      "the wide form, 64 keys a CTA, both consumer warpgroups on all of them (S^T and dP^T computed twice), each "
      "keeping half of dK's, dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers); at "
      "pad_qk 256 dQ by each thread's vector reductions, no staging tile, so that two Q/dO slots fit (one slot: "
-     "0.60x cuDNN at d256, H200)",
+     "0.60x cuDNN at d256, H200; two: 0.72-0.75x) (H200, S=16k: d192 1.86-1.91x the mma.sync kernel, d256 "
+     "1.28-1.33x)",
      false, 8},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "

@@ -426,6 +426,44 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         auto dq_then_dk = [&](auto width, int c_first) {
             constexpr int kW = decltype(width)::value;
             constexpr bool kInside = S::kWide || (!S::kDqByRows && S::kDqSplit % 64 != 0);
+            if constexpr (S::kDqDirect) {
+                // dQ in two halves, each added by vector reductions (in one piece, with dK and dV of 64 keys x 128
+                // columns in registers, ptxas serialized the wgmmas for want of registers).
+                constexpr int kH = kW / 2;
+                float dq[kH / 8][4];
+                auto issue_dq = [&](int part) {
+                    sm90::gemm_ss<kH, T::kBlockN / 16, T::kBF16, true, true, false>(
+                        dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
+                        [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, col_qk(part * kH + c0)); });
+                    wgmma::commit();
+                };
+                const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + m0 + wq * 16 + g;
+                float* row = p.dq_accum + ws_row * S::kDqStride;
+                auto add_dq = [&](int part) {
+#pragma unroll
+                    for (int nb = 0; nb < kH / 8; ++nb) {
+                        const int col = col_qk(part * kH + nb * 8 + t2);
+                        ptx::red_add_f32x2(row + col, dq[nb][0], dq[nb][1]);
+                        ptx::red_add_f32x2(row + 8 * S::kDqStride + col, dq[nb][2], dq[nb][3]);
+                    }
+                };
+                issue_dq(0);
+                sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
+                    acc_dk, dsa, [&](int kk, int c0) { return LQ::template n_major<true>(aQ, kk, col_qk(c0)); });
+                wgmma::commit();
+                wgmma::wait<1>();  // dV and dQ's first half done
+                sm90::fence_regs<kH / 2>(&dq[0][0]);
+                sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
+                if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
+                add_dq(0);
+                wgmma::fence();
+                issue_dq(1);
+                wgmma::wait<0>();
+                sm90::fence_regs<kH / 2>(&dq[0][0]);
+                add_dq(1);
+                if (p.deterministic) __threadfence();  // the adds performed before the turn passes on
+                return;
+            }
             float dq[kW / 8][4];
             sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
                 dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
@@ -437,19 +475,6 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             wgmma::wait<1>();  // dV and dQ done
             sm90::fence_regs<kW / 2>(&dq[0][0]);
             sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
-            if constexpr (S::kDqDirect) {
-                if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
-                const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + m0 + wq * 16 + g;
-                float* row = p.dq_accum + ws_row * S::kDqStride;
-#pragma unroll
-                for (int nb = 0; nb < kW / 8; ++nb) {
-                    const int col = col_qk(nb * 8 + t2);
-                    ptx::red_add_f32x2(row + col, dq[nb][0], dq[nb][1]);
-                    ptx::red_add_f32x2(row + 8 * S::kDqStride + col, dq[nb][2], dq[nb][3]);
-                }
-                if (p.deterministic) __threadfence();  // the adds performed before the turn passes on
-                return;
-            }
             if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
 #pragma unroll
             for (int nb = 0; nb < kW / 8; ++nb) {
