@@ -253,6 +253,16 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         ptx::mbar_arrive_cp_async(kv_bar);
 
         int head = head0(), m_block = m_begin;
+        // Deterministic: a query block's dQ takes its key blocks' adds last to first; waits for this one's turn.
+        auto wait_turn = [&](const int* turn, int m0) {
+            const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
+            const int my_turn =
+                (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
+                            : n_keys_last) -
+                n_block;
+            while (*reinterpret_cast<const volatile int*>(turn) != my_turn) {
+            }
+        };
         if (warp == 8) {
             // Q, dO, LSE, D of each step into slot i % kSt, by TMA and bulk copies from one thread. Tiles that need
             // fixing once landed (a packed sequence's last query block, whose rows past its end are the next
@@ -318,13 +328,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 const int m0 = m_block * T::kBlockM;
                 const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
                 int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
-                const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
-                const int my_turn =
-                    (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
-                                : n_keys_last) -
-                    n_block;
-                while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
-                }
+                wait_turn(turn, m0);
                 ptx::mbar_arrive(dq_empty);
                 ptx::mbar_wait(dq_full, i & 1);
                 __threadfence();
@@ -337,15 +341,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 ptx::mbar_wait(dq_full, i & 1);
                 const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
                 int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
-                if (p.deterministic) {
-                    const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
-                    const int my_turn =
-                        (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
-                                    : n_keys_last) -
-                        n_block;
-                    while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
-                    }
-                }
+                if (p.deterministic) wait_turn(turn, m0);
                 ptx::bulk_reduce_add_f32(p.dq_accum + (ws_head + m0) * S::kDqStride, ptx::smem_u32(sdQ),
                                          4 * T::kBlockM * S::kDqStride);
                 ptx::bulk_commit();
