@@ -55,7 +55,7 @@ bool encode_q_maps(const BackwardLaunch& l, BwdParamsTma& out) {
 }
 
 // The wide form (bwd/sm90_ws.cuh kWide): 64 keys a CTA, at pads past 144.
-bool is_wide(const plan::BackwardPlan& p) { return p.block_n == 64; }
+bool is_wide(const plan::BackwardPlan& p) { return geometry::bwd_sm90_ws_wide_tile(p.block_n); }
 
 constexpr int kFallbackIndex = 3;  // after the main kernel and the row kernels
 constexpr int kPairIndex = 4;      // shifted rows only

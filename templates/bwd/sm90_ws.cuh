@@ -60,7 +60,7 @@ struct BwdShapeSm90Ws {
     // The wide form (pads past 144, 64 keys a CTA): dK and dV of 64 keys x pad no longer fit one warpgroup's
     // registers, so both warpgroups take all 64 keys, each computing S^T and dP^T whole (the same values: 7 GEMM
     // units a step for 5) and keeping half of dK's, dV's and dQ's columns (geometry::bwd_sm90_ws_wide_col).
-    static constexpr bool kWide = T::kBlockN == 64;
+    static constexpr bool kWide = geometry::bwd_sm90_ws_wide_tile(T::kBlockN);
     // dK, dV (and dQ) accumulators: the pad, or past 128 the head dim rounded to 8 (d136: 136, not 144); wide: the
     // pad, and a warpgroup's share half of it.
     static constexpr int kAccQK = kWide ? T::kPadQK : geometry::bwd_sm90_ws_acc_cols(T::kHeadDimQK, T::kPadQK);

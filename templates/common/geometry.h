@@ -198,6 +198,7 @@ RTATTN_GEOMETRY int bwd_sm90_ws_dq_split(int acc_cols) {
 // Its wide form (bwd/sm90_ws.cuh kWide: 64 keys a CTA, both warpgroups on all of them, each on half of the
 // accumulators' columns) at pads past 144: each pad 64, 128, 192 or 256, so that a half's wgmma chunks never cross a
 // 64-column panel (see bwd_sm90_ws_wide_col).
+RTATTN_GEOMETRY bool bwd_sm90_ws_wide_tile(int block_n) { return block_n == 64; }  // a plan of the wide form
 RTATTN_GEOMETRY bool bwd_sm90_ws_wide(int pad_qk, int pad_v) {
     auto ok = [](int pad) { return pad == 64 || pad == 128 || pad == 192 || pad == 256; };
     return (pad_qk > 144 || pad_v > 144) && ok(pad_qk) && ok(pad_v);
@@ -215,7 +216,9 @@ RTATTN_GEOMETRY int bwd_sm90_ws_wide_col(int pad, int wg, int j) {
 RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
 // Its wide form at pad_qk 256 has no dQ staging tile (two Q/dO slots need the room): each consumer thread adds its
 // dQ into the accumulator by vector reductions.
-RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) { return block_n == 64 && pad_qk == 256; }
+RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) {
+    return bwd_sm90_ws_wide_tile(block_n) && pad_qk == 256;
+}
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
     return (bwd_sm90_ws_dq_direct(pad_qk, block_n) ? 0 : 4 * block_m * bwd_dq_stride(pad_qk)) +
            2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
