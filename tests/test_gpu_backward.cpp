@@ -187,7 +187,7 @@ void run_backward_table(const char* name, const std::vector<Case>& cases, bool d
 TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
     SKIP_WITHOUT_GPU();
     std::vector<Case> cases;
-    const int dims[] = {1, 8, 17, 32, 48, 64, 80, 96, 100, 112, 128, 132, 140, 144, 160, 192, 256};
+    const int dims[] = {1, 8, 17, 32, 48, 64, 80, 96, 100, 112, 128, 132, 140, 144, 160, 168, 176, 192, 200, 224, 240, 256};
     int i = 0;
     for (int d : dims)
         for (bool causal : {false, true}) {
@@ -199,9 +199,13 @@ TEST_CASE("backward: head dims, dtypes, causal, GQA", "[gpu][bwd]") {
             c.batch = 2, c.seqlen_q = 77, c.seqlen_k = 211;
             cases.push_back(c);
         }
-    Case mixed;
-    mixed.d_qk = 192, mixed.d_v = 128, mixed.causal = true, mixed.heads_q = 8, mixed.heads_kv = 2;
-    cases.push_back(mixed);
+    // Pairs of pads in the wide form (sm_90a): each warpgroup's chunks of either tensor in their own panels; at pad_qk
+    // 240 dQ by reductions, in two parts (64 columns and 56).
+    for (auto [dq, dv] : {std::pair{192, 128}, {240, 160}, {168, 256}}) {
+        Case mixed;
+        mixed.d_qk = dq, mixed.d_v = dv, mixed.causal = dq != 168, mixed.heads_q = 8, mixed.heads_kv = 2;
+        cases.push_back(mixed);
+    }
     // d_qk != d_v within the pads of 144 (sm_90a: the wgmma kernel; dQ's panels or halves, or each warpgroup's keys;
     // accumulators of the head dim rounded to 8).
     for (auto [dq, dv] : {std::pair{128, 64}, {64, 128}, {120, 128}, {132, 128}, {128, 140}, {140, 136}}) {
@@ -266,7 +270,8 @@ TEST_CASE("backward: a gradient flowing into the returned LSE", "[gpu][bwd]") {
 TEST_CASE("backward: deterministic mode is bitwise reproducible", "[gpu][bwd]") {
     SKIP_WITHOUT_GPU();
     std::vector<Case> cases;
-    for (int d : {64, 96, 128, 132, 140, 256}) {  // d132, d140 in groups of 2: the pair kernel
+    // d132, d140 in groups of 2: the pair kernel; d176 (dQ staged) and d208, d256 (dQ by reductions): the wide form
+    for (int d : {64, 96, 128, 132, 140, 176, 208, 256}) {
         Case c;
         c.d_qk = c.d_v = d;
         c.causal = d != 128;

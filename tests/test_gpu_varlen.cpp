@@ -275,7 +275,7 @@ std::vector<int> ragged(std::mt19937& rng, int n, int lo, int hi) {
 TEST_CASE("varlen: head dims, ragged batches with empty and one-token sequences", "[gpu][varlen]") {
     SKIP_WITHOUT_GPU();
     std::mt19937 rng(7);
-    for (int d : {1, 64, 80, 100, 128, 132, 140, 192, 256}) {
+    for (int d : {1, 64, 80, 100, 128, 132, 140, 160, 192, 208, 256}) {
         VarlenCase c;
         c.d_qk = c.d_v = d;
         c.causal = d % 3 != 0;

@@ -502,15 +502,15 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
 }
 
-TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, 192 and 256, the mma.sync one elsewhere", "[plan][bwd]") {
+TEST_CASE("sm_90a's backward is a wgmma family at pads 32..256, the mma.sync one elsewhere", "[plan][bwd]") {
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
         AttentionConfig c = cfg(d, "sm_90a");
         const auto p = rtattn::plan::plan_backward(c);
         // Head dims of 8 at pads 32..128 and of 4 at pad 144: the warp-specialized kernel (TMA boxes, from the
         // 16-byte boundary before d132's and d140's rows); the others of pads 80, 96, 128 and 144: bwd_sm90. Head
-        // dims of 8 at pads 192 and 256: the warp-specialized kernel's wide form, 64 keys a CTA.
-        const bool wide = (d == 184 || d == 192 || d == 248 || d == 256);
+        // dims of 8 past 144: the warp-specialized kernel's wide form, 64 keys a CTA.
+        const bool wide = d > 144 && d % 8 == 0;
         CHECK((p.family == &rtattn::kernels::bwd_sm90_ws() && p.block_n == 64) == wide);
         if (wide) {
             CHECK(p.block_m == 64);
@@ -549,13 +549,16 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, 192 and 256, the
     CHECK(family_of(60, 128) == &rtattn::kernels::bwd_sm90());
     CHECK(family_of(128, 64) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(rtattn::plan::plan_backward(cfg(128, "sm_90a", 64)).family == &rtattn::kernels::bwd_sm90_ws());
-    // The wide form: each pad 64, 128, 192 or 256, one past 144 (its halves split on panels), head dims of 8.
+    // The wide form: each pad 64, 128 or 160..256, one past 144 (each of its halves' chunks inside a panel), head
+    // dims of 8.
     CHECK(family_of(192, 128) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(family_of(192, 64) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(family_of(256, 192) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(240, 160) == &rtattn::kernels::bwd_sm90_ws());
     CHECK(family_of(192, 96) == &rtattn::kernels::bwd_mma());
-    CHECK(family_of(160, 160) == &rtattn::kernels::bwd_mma());
-    CHECK(family_of(188, 188) == &rtattn::kernels::bwd_mma());
+    CHECK(family_of(176, 144) == &rtattn::kernels::bwd_mma());
+    CHECK(family_of(160, 160) == &rtattn::kernels::bwd_sm90_ws());
+    CHECK(family_of(188, 188) == &rtattn::kernels::bwd_mma());  // not of 8
     CHECK(rtattn::plan::plan_backward(cfg(192, "sm_90a"), "64,64,8,0,0,0,1").stages == 1);
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(192, "sm_90a"), "64,128,8,0,0,0,2"), rtattn::ConfigError);
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(192, "sm_90a"), "128,64,8,0,0,0,2"), rtattn::ConfigError);
@@ -574,6 +577,44 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 32..144, 192 and 256, the
     CHECK(w64.m_pad == 256);
     CHECK(w64.bytes - w64.dq_sem >= std::size_t(2 * 3 * 256 / 64 * 4));
     CHECK_THROWS_AS(rtattn::plan::plan_backward(cfg(124, "sm_90a"), "64,96,8,0,0,0,1"), rtattn::ConfigError);
+}
+
+TEST_CASE("the wide backward's halves cover the tile once, each chunk inside one panel", "[plan][bwd]") {
+    namespace g = rtattn::geometry;
+    for (int pad = 64; pad <= 256; pad += 16) {
+        if (!g::bwd_sm90_ws_wide(pad, 256)) continue;
+        CAPTURE(pad);
+        const int half = pad / 2, whole = pad / 64 * 64;
+        // The panel a tile column lies in (sm90::TileLayout): 64-wide ones, then a 32- and a 16-wide one.
+        auto panel = [&](int c) { return c < whole ? c / 64 : c < whole + (pad % 64 & 32) ? 100 : 200; };
+        // A half's chunks as sm90::for_each_chunk lays them out: 128, or 64 then 32, 16, 8 where present.
+        std::vector<std::pair<int, int>> chunks;  // (first column, width)
+        int at = 0;
+        for (int w : {128, 64, 32, 16, 8})
+            if (g::has_chunk(half, w))
+                for (int i = 0; i < (w == 128 ? half / 128 : 1); ++i) chunks.push_back({at, w}), at += w;
+        REQUIRE(at == half);
+        std::vector<int> seen(pad, 0);
+        for (auto [c0, w] : chunks)
+            for (int wg = 0; wg < 2; ++wg) {
+                CAPTURE(c0, w, wg);
+                const int first = g::bwd_sm90_ws_wide_col(pad, wg, c0);
+                CHECK(first == g::bwd_sm90_ws_wide_chunk(pad, wg, w));
+                for (int j = c0; j < c0 + w; ++j) {
+                    const int c = g::bwd_sm90_ws_wide_col(pad, wg, j);
+                    REQUIRE((c >= 0 && c < pad));
+                    ++seen[c];
+                    CHECK(c == first + j - c0);  // contiguous
+                    // inside the first column's panel (a 128-wide chunk: two whole 64-column ones from a boundary)
+                    if (w == 128) CHECK((first % 64 == 0 && c < whole));
+                    else CHECK(panel(c) == panel(first));
+                }
+                // Both warpgroups' chunks of a width in the same kind of panel: one descriptor form, moved.
+                CHECK((panel(first) < 100) == (panel(g::bwd_sm90_ws_wide_chunk(pad, 0, w)) < 100));
+                CHECK(panel(first) / 100 == panel(g::bwd_sm90_ws_wide_chunk(pad, 0, w)) / 100);
+            }
+        for (int c = 0; c < pad; ++c) CHECK(seen[c] == 1);
+    }
 }
 
 TEST_CASE("backward workspace sizes that would wrap 64 bits are refused", "[plan][bwd]") {

@@ -2,7 +2,7 @@
 // warpgroups, a producer warpgroup streaming Q and dO by TMA (maps encoded per launch) and adding dQ into the
 // accumulator. sm_90a; head dims that are multiples of 8 (a box starts 16-byte aligned) at pads 32..128, and d132..144
 // of 4 (d132's rows placed as they lie; GQA groups whose heads alternate placement on clusters of two CTAs), and in
-// its wide form (64 keys a CTA, the warpgroups splitting the columns) pads 192 and 256.
+// its wide form (64 keys a CTA, the warpgroups splitting the columns) pads 160..256.
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -89,6 +89,8 @@ public:
         for (int n : {p.block_m, split, acc_qk - split})
             if (n > 0)
                 for (int w : sm90::chunk_widths(n)) ss.insert(w);
+        if (geometry::bwd_sm90_ws_dq_direct(p.pad_qk, p.block_n))  // dQ in two parts: 64 columns and the rest
+            for (int w : sm90::chunk_widths(acc_qk - 64)) ss.insert(w);
         for (int n : {acc_qk, acc_v})
             for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),

@@ -60,12 +60,12 @@ constexpr BwdTileRow kBwdTiles[] = {
      "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x)",
      true, 4},
     {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 2,
-     "sm_90a, head dims of 8 with pads 192 (d184, d192) and 256 (d248, d256) or a pair of pads 64/128/192/256 "
-     "(192/128): the wide form, 64 keys a CTA, both consumer warpgroups on all of them (S^T and dP^T computed twice), each "
-     "keeping half of dK's, dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers); at "
-     "pad_qk 256 dQ by each thread's vector reductions, no staging tile, so that two Q/dO slots fit (one slot: "
-     "0.60x cuDNN at d256, H200; two: 0.72-0.75x) (H200, S=16k: d192 1.86-1.91x the mma.sync kernel, d256 "
-     "1.28-1.33x)",
+     "sm_90a, head dims of 8 past 144 (d152..256) or a pair of pads 64, 128 or 160..256 (192/128): the wide form, 64 "
+     "keys a CTA, both consumer warpgroups on all of them (S^T and dP^T computed twice), each keeping half of dK's, "
+     "dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers), each chunk of a half inside "
+     "one panel; past pad_qk 192 dQ by each thread's vector reductions, no staging tile, so that two Q/dO slots fit "
+     "(one slot: 0.60x cuDNN at d256, H200; two: 0.72-0.75x) (H200, S=16k, against the mma.sync kernel: d160 "
+     "1.76-1.87x, d176 1.60-1.66x, d192 1.86-1.91x, d208..240 1.20-1.26x, d256 1.28-1.33x)",
      false, 8},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,
      "sm_90a, d65..96 where the row above does not serve (head dims off the 8 grid: a TMA box cannot start mid-16 "
@@ -116,8 +116,8 @@ std::string tile_problem(const BackwardPlan& p) {
     if (p.family == &kernels::bwd_sm90_ws()) {
         if (geometry::bwd_sm90_ws_wide_tile(p.block_n) &&
             (p.block_m != 64 || p.warps != 8 || !geometry::bwd_sm90_ws_wide(p.pad_qk, p.pad_v)))
-            return "block_n 64 is the warp-specialized wgmma backward's wide form: block_m 64, warps 8, pads 64, 128, "
-                   "192 or 256 with one past 144";
+            return "block_n 64 is the warp-specialized wgmma backward's wide form: block_m 64, warps 8, pads 64, 128 "
+                   "or 160..256, one past 144";
         if (p.block_n == 128 && std::max(p.pad_qk, p.pad_v) > 144)
             return "pads past 144 take the warp-specialized wgmma backward's wide form (block_n 64)";
         if ((p.block_m != 64 && p.block_m != 128) || (p.block_n != 128 && p.block_n != 64) || p.warps != 8)
@@ -193,7 +193,7 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
         if (row.equal_dims && p.head_dim_qk != p.head_dim_v) continue;
         if (row.dims_of > 1 && (p.head_dim_qk % row.dims_of || p.head_dim_v % row.dims_of || p.pad_qk < 32)) continue;
         if (&f == &kernels::bwd_sm90_ws() && warp_specialized_off()) continue;
-        // The wide form's halves split the columns on 64-column panels (or at 96 of 192): those pads only.
+        // The wide form's halves are chunks that each lie inside one panel of the tile: pads 64, 128, 160..256 only.
         if (&f == &kernels::bwd_sm90_ws() && geometry::bwd_sm90_ws_wide_tile(row.block_n) &&
             !geometry::bwd_sm90_ws_wide(p.pad_qk, p.pad_v))
             continue;

@@ -6,8 +6,8 @@
 //              warpgroups exchange dS^T (shared memory, two buffers: a step writes the one its predecessor's
 //              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its share, over all
 //              128 keys: 64 of a step's 128 query rows at pads up to 64, else the columns of
-//              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs. The wide form (pads 192 and
-//              256, kWide): 64 keys a CTA, both warpgroups on all of them, each with half of the columns of dK, dV
+//              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs. The wide form (pads 160..256,
+//              kWide): 64 keys a CTA, both warpgroups on all of them, each with half of the columns of dK, dV
 //              and dQ (S^T and dP^T computed by both).
 //   producer   warpgroup 2 on few registers (setmaxnreg): its threads load K and V once (cp.async, rows past
 //              seqlen_k zero); its warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots by TMA
@@ -50,7 +50,7 @@ struct BwdShapeSm90Ws {
     static constexpr int kConsumerThreads = T::kWarps * 32;
     static constexpr int kThreads = kConsumerThreads + 128;
     static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);
-    // dQ added by each consumer thread's vector reductions instead of a staged tile (wide form at pad 256).
+    // dQ added by each consumer thread's vector reductions instead of a staged tile (wide form past pad 192).
     static constexpr bool kDqDirect = geometry::bwd_sm90_ws_dq_direct(T::kPadQK, T::kBlockN);
     static constexpr int kDqBytes = kDqDirect ? 0 : 4 * T::kBlockM * kDqStride;
     static constexpr int kKElems = T::kBlockN * T::kPadQK, kVElems = T::kBlockN * T::kPadV;
@@ -123,6 +123,18 @@ __device__ __forceinline__ void zero_outside(ptx::u16* s, int shift, int lane) {
         const int c = 4 * j < shift ? 4 * j : kHeadDim + 4 * j;
         *reinterpret_cast<uint2*>(s + L::offset(r, c)) = make_uint2(0, 0);
     }
+}
+// The wide form's B operand (N-major Q, dO or K) for warpgroup wg's accumulator columns from j. Past the 64-column
+// panels the second warpgroup's chunk lies as the first's, moved along the tile by a constant number of bytes within
+// the same kind of panel (geometry::bwd_sm90_ws_wide_chunk), so the panel is chosen at compile time (chosen by the
+// run-time column, ptxas put branches between the wgmmas and serialized them). Tiles of whole 64-column panels take
+// the column as it is (moved: d192 and d256 ran 1.5-2% slower causal, H200).
+template <class L, int kPad>
+__device__ __forceinline__ wgmma::u64 wide_n_major(ptx::u32 base, int kk, int wg, int j) {
+    if constexpr (kPad % 64 == 0) return L::template n_major<true>(base, kk, geometry::bwd_sm90_ws_wide_col(kPad, wg, j));
+    const int c0 = geometry::bwd_sm90_ws_wide_col(kPad, 0, j);
+    const int moved = L::col_bytes(geometry::bwd_sm90_ws_wide_col(kPad, 1, j)) - L::col_bytes(c0);
+    return L::template n_major<true>(base + (wg ? moved : 0), kk, c0);
 }
 }  // namespace detail
 
@@ -412,7 +424,10 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         // dV += P^T dO while the warpgroups exchange dS^T.
         wgmma::fence();
         sm90::gemm_rs<S::kColsV, T::kBlockM / 16, T::kBF16, true>(
-            acc_dv, pa, [&](int kk, int c0) { return LdO::template n_major<S::kWide>(adO, kk, col_v(c0)); });
+            acc_dv, pa, [&](int kk, int c0) {
+                if constexpr (S::kWide) return detail::wide_n_major<LdO, T::kPadV>(adO, kk, wg, c0);
+                else return LdO::template n_major<false>(adO, kk, c0);
+            });
         wgmma::commit();
         wgmma::fence_proxy_async();   // dS^T's stores, visible to wgmma
         ptx::bar_sync(1, S::kConsumerThreads);
@@ -421,52 +436,72 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         const int dq_row0 = S::kDqByRows ? wg * 64 : 0;
         auto dq_then_dk = [&](auto width, int c_first) {
             constexpr int kW = decltype(width)::value;
-            constexpr bool kInside = S::kWide || (!S::kDqByRows && S::kDqSplit % 64 != 0);
+            constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
             if constexpr (S::kDqDirect) {
-                // dQ in two halves, each added by vector reductions (in one piece, with dK and dV of 64 keys x 128
-                // columns in registers, ptxas serialized the wgmmas for want of registers).
-                constexpr int kH = kW / 2;
-                float dq[kH / 8][4];
-                auto issue_dq = [&](int part) {
-                    sm90::gemm_ss<kH, T::kBlockN / 16, T::kBF16, true, true, false>(
+                // dQ in two parts, the first 64 columns and the rest (whole chunks of the half), each added by
+                // vector reductions (in one piece, with dK and dV of 64 keys x 128 columns in registers, ptxas
+                // serialized the wgmmas for want of registers).
+                constexpr int kP0 = 64, kP1 = kW - 64;
+                auto issue_dq = [&](auto part, auto& dq) {
+                    constexpr int kC = decltype(part)::value, kN = kC == 0 ? kP0 : kP1;
+                    sm90::gemm_ss<kN, T::kBlockN / 16, T::kBF16, true, true, false>(
                         dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
-                        [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, col_qk(part * kH + c0)); });
+                        [&](int kk, int c0) { return detail::wide_n_major<LK, T::kPadQK>(aK, kk, wg, kC + c0); });
                     wgmma::commit();
                 };
                 const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + m0 + wq * 16 + g;
                 float* row = p.dq_accum + ws_row * S::kDqStride;
-                auto add_dq = [&](int part) {
+                auto add_dq = [&](auto part, auto& dq) {
+                    constexpr int kC = decltype(part)::value, kN = kC == 0 ? kP0 : kP1;
 #pragma unroll
-                    for (int nb = 0; nb < kH / 8; ++nb) {
-                        const int col = col_qk(part * kH + nb * 8 + t2);
+                    for (int nb = 0; nb < kN / 8; ++nb) {
+                        const int col = col_qk(kC + nb * 8 + t2);
                         ptx::red_add_f32x2(row + col, dq[nb][0], dq[nb][1]);
                         ptx::red_add_f32x2(row + 8 * S::kDqStride + col, dq[nb][2], dq[nb][3]);
                     }
                 };
-                issue_dq(0);
-                sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
-                    acc_dk, dsa, [&](int kk, int c0) { return LQ::template n_major<true>(aQ, kk, col_qk(c0)); });
-                wgmma::commit();
-                wgmma::wait<1>();  // dV and dQ's first half done
-                sm90::fence_regs<kH / 2>(&dq[0][0]);
-                sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
-                if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
-                add_dq(0);
-                wgmma::fence();
-                issue_dq(1);
-                wgmma::wait<0>();
-                sm90::fence_regs<kH / 2>(&dq[0][0]);
-                add_dq(1);
+                static_assert(kW > 64 && kW <= 128, "a half of 72..128 columns");
+                // Each part its own registers (one array cast to the second part's width: ptxas serialized the
+                // wgmmas), or one array where the parts are alike (pad 256).
+                float dq0[kP0 / 8][4];
+                auto parts = [&](auto& dq1) {
+                    issue_dq(detail::IntC<0>(), dq0);
+                    sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
+                        acc_dk, dsa, [&](int kk, int c0) { return detail::wide_n_major<LQ, T::kPadQK>(aQ, kk, wg, c0); });
+                    wgmma::commit();
+                    wgmma::wait<1>();  // dV and dQ's first part done
+                    sm90::fence_regs<kP0 / 2>(&dq0[0][0]);
+                    sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
+                    if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
+                    add_dq(detail::IntC<0>(), dq0);
+                    wgmma::fence();
+                    issue_dq(detail::IntC<kP0>(), dq1);
+                    wgmma::wait<0>();
+                    sm90::fence_regs<kP1 / 2>(&dq1[0][0]);
+                    add_dq(detail::IntC<kP0>(), dq1);
+                };
+                if constexpr (kP1 == kP0) {
+                    parts(dq0);
+                } else {
+                    float dq1[kP1 / 8][4];
+                    parts(dq1);
+                }
                 if (p.deterministic) __threadfence();  // the adds performed before the turn passes on
                 return;
             }
             float dq[kW / 8][4];
             sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
                 dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
-                [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, col_qk(c_first + c0)); });
+                [&](int kk, int c0) {
+                    if constexpr (S::kWide) return detail::wide_n_major<LK, T::kPadQK>(aK, kk, wg, c_first + c0);
+                    else return LK::template n_major<kInside>(aK, kk, c_first + c0);
+                });
             wgmma::commit();
             sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
-                acc_dk, dsa, [&](int kk, int c0) { return LQ::template n_major<S::kWide>(aQ, kk, col_qk(c0)); });
+                acc_dk, dsa, [&](int kk, int c0) {
+                    if constexpr (S::kWide) return detail::wide_n_major<LQ, T::kPadQK>(aQ, kk, wg, c0);
+                    else return LQ::template n_major<false>(aQ, kk, c0);
+                });
             wgmma::commit();
             wgmma::wait<1>();  // dV and dQ done
             sm90::fence_regs<kW / 2>(&dq[0][0]);

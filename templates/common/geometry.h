@@ -196,28 +196,45 @@ RTATTN_GEOMETRY int bwd_sm90_ws_dq_split(int acc_cols) {
     return acc_cols > 64 ? 64 : acc_cols == 48 ? 32 : acc_cols / 2;
 }
 // Its wide form (bwd/sm90_ws.cuh kWide: 64 keys a CTA, both warpgroups on all of them, each on half of the
-// accumulators' columns) at pads past 144: each pad 64, 128, 192 or 256, so that a half's wgmma chunks never cross a
-// 64-column panel (see bwd_sm90_ws_wide_col).
+// accumulators' columns) at pads past 144: pads 64, 128 and 160..256, so that each of a half's wgmma chunks lies
+// inside one panel of the tile (see bwd_sm90_ws_wide_col).
 RTATTN_GEOMETRY bool bwd_sm90_ws_wide_tile(int block_n) { return block_n == 64; }  // a plan of the wide form
 RTATTN_GEOMETRY bool bwd_sm90_ws_wide(int pad_qk, int pad_v) {
-    auto ok = [](int pad) { return pad == 64 || pad == 128 || pad == 192 || pad == 256; };
+    auto ok = [](int pad) { return pad == 64 || pad == 128 || (pad >= 160 && pad <= 256 && pad % 16 == 0); };
     return (pad_qk > 144 || pad_v > 144) && ok(pad_qk) && ok(pad_v);
 }
-// The tile column of a warpgroup's accumulator column j in the wide form (chunks laid out as sm90::for_each_chunk
-// lays out pad / 2 columns: 128s, then 64, then 32): the first warpgroup columns [0, pad / 2), the second the rest,
-// which at pad 192 is [96, 128) inside the second panel and the third panel whole: its 64-wide chunk goes to 128, its
-// 32-wide one to 96.
+// Where the wide form's warpgroup wg keeps its chunk of `width` (a half, pad / 2 columns, chunked as
+// sm90::for_each_chunk does: 128, or 64 then at most one each of 32, 16 and 8): the tile column it starts at. The
+// 64- and 128-wide chunks take whole 64-column panels (the first warpgroup's the first, the second's the next ones),
+// the 32-wide ones the third panel's halves (pads 192..240), and the 16- and 8-wide ones the tile's narrow panels
+// past the 64-column ones, a chunk of each warpgroup side by side: the 32-column panel's halves for the 16s, the
+// 16-column panel's for the 8s. Pad 64's halves are the panel's.
+RTATTN_GEOMETRY int bwd_sm90_ws_wide_chunk(int pad, int wg, int width) {
+    if (pad <= 128) return wg * pad / 2;
+    const int tail = pad / 64 * 64;  // the narrow panels': 32 wide then 16 wide
+    if (width >= 64) return wg == 0 ? 0 : pad < 192 ? 64 : 128;
+    if (width == 32) return 64 + 32 * wg;
+    if (width == 16) return tail + 16 * wg;
+    return tail + (pad % 64 >= 32 ? 32 : 0) + 8 * wg;
+}
+// The tile column of a warpgroup's accumulator column j in the wide form: its chunk's start plus j's offset in it.
+// (Tiles of whole 64-column panels said directly: the same columns, and the code d192 and d256 were measured with.)
 RTATTN_GEOMETRY int bwd_sm90_ws_wide_col(int pad, int wg, int j) {
-    if (wg == 0) return j;
-    if (pad == 192) return j < 64 ? 128 + j : 96 + (j - 64);
-    return pad / 2 + j;
+    if (pad % 64 == 0) return wg == 0 ? j : pad == 192 ? (j < 64 ? 128 + j : 96 + (j - 64)) : pad / 2 + j;
+    const int half = pad / 2, first = half >= 128 ? 128 : 64;  // the first chunk's width
+    if (j < first) return bwd_sm90_ws_wide_chunk(pad, wg, first) + j;
+    for (int width = 32; width >= 8; width /= 2) {
+        const int c = first + (half - first) / (2 * width) * (2 * width);  // where the chunk of `width` starts
+        if ((half - first) & width && j >= c && j < c + width) return bwd_sm90_ws_wide_chunk(pad, wg, width) + j - c;
+    }
+    return -1;  // past the half
 }
 // Its shifted rows (bwd/sm90_ws.cuh): head dims of 4 mod 8 at pad 144 (d132, d140), placed 0 or 4 columns right.
 RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
-// Its wide form at pad_qk 256 has no dQ staging tile (two Q/dO slots need the room): each consumer thread adds its
-// dQ into the accumulator by vector reductions.
+// Its wide form past pad_qk 192 has no dQ staging tile (two Q/dO slots need the room; at 208 the tile would be 80
+// bytes too many): each consumer thread adds its dQ into the accumulator by vector reductions.
 RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) {
-    return bwd_sm90_ws_wide_tile(block_n) && pad_qk == 256;
+    return bwd_sm90_ws_wide_tile(block_n) && pad_qk > 192;
 }
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
     return (bwd_sm90_ws_dq_direct(pad_qk, block_n) ? 0 : 4 * block_m * bwd_dq_stride(pad_qk)) +

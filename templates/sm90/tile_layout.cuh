@@ -85,10 +85,18 @@ struct TileLayout<kRows, kPad, true> {
         if (kHas32 && c < kCol16) return wgmma::desc(base + kBase32 + row0 * 64 + (c - kCol32) * 2, 16, 512, 2);
         return wgmma::desc(base + kBase16 + row0 * 32, 16, 256, 3);  // kPad is a multiple of 16: no 8-wide rest
     }
+    // Where column c starts along a row of its panel, before the swizzle: the byte offset n_major<true> adds.
+    static __device__ __forceinline__ constexpr int col_bytes(int c) {
+        return c < kCol32                ? (c >> 6) * kPanel64Bytes + (c & 63) * 2
+               : kHas32 && c < kCol16 ? kBase32 + (c - kCol32) * 2
+               : kHas16 && c < kCol8  ? kBase16 + (c - kCol16) * 2
+                                      : kBase8 + (c - kCol8) * 2;
+    }
     // N-major operand (V read transposed): K rows [16*kk, 16*kk + 16) x N columns from c0, as chunked by
     // for_each_chunk (a 128-wide chunk spans two 64-column panels: LBO is the panel stride). With kInside, c0 may
-    // also lie inside a 64- or 32-column panel, the chunk ending within it (the backward's dQ split at pads up to
-    // 64): the start moves along the swizzled row, whose pattern the hardware applies to the address bits.
+    // also lie inside a 64-, 32- or 16-column panel, the chunk ending within it (the backward's dQ split at pads up to
+    // 64, its wide form's halves): the start moves along the swizzled row, whose pattern the hardware applies to the
+    // address bits.
     template <bool kInside = false>
     static __device__ __forceinline__ wgmma::u64 n_major(u32 base, int kk, int c0) {
         const int in64 = kInside ? (c0 & 63) * 2 : 0;
@@ -97,7 +105,9 @@ struct TileLayout<kRows, kPad, true> {
         const int in32 = kInside ? (c0 - kCol32) * 2 : 0;
         if (kHas32 && (kInside ? c0 < kCol16 : c0 == kCol32))
             return wgmma::desc(base + kBase32 + in32 + 16 * kk * 64, 16, 512, 2);
-        if (kHas16 && c0 == kCol16) return wgmma::desc(base + kBase16 + 16 * kk * 32, 16, 256, 3);
+        const int in16 = kInside ? (c0 - kCol16) * 2 : 0;
+        if (kHas16 && (kInside ? c0 < kCol8 : c0 == kCol16))
+            return wgmma::desc(base + kBase16 + in16 + 16 * kk * 32, 16, 256, 3);
         return wgmma::desc(base + kBase8 + 16 * kk * 16, 128, 128, 0);  // interleaved: next core along K is 128 B on
     }
 };
