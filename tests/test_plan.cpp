@@ -516,7 +516,9 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 32..256, the mma.sync one
             CHECK(p.block_m == 64);
             CHECK(p.threads() == 384);
             CHECK(p.stages == 2);
-            CHECK(p.smem_bytes == rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, 64, 64, p.stages));
+            CHECK(p.smem_bytes == rtattn::geometry::bwd_sm90_ws_smem_bytes(
+                                      p.pad_qk, p.pad_v, 64, 64, p.stages,
+                                      rtattn::geometry::bwd_sm90_ws_dq_lag(d, d, p.pad_qk, p.pad_v, 64, 64)));
             CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
         }
         const bool ws = (d > 16 && d <= 128 && d % 8 == 0) || (d > 128 && d <= 144 && d % 4 == 0) || wide;
@@ -527,8 +529,11 @@ TEST_CASE("sm_90a's backward is a wgmma family at pads 32..256, the mma.sync one
             CHECK(p.block_m == (ws && d <= 64 ? 128 : 64));  // 128 queries a step where the GEMMs are small
             CHECK(p.block_n == 128);
             CHECK(p.threads() == (ws ? 384 : 256));
+            // Lagged dQ (two more barrier pairs) at 64 queries a step with accumulators of up to 136 columns.
+            const bool lag = ws && p.block_m == 64 && d <= 136;
+            if (ws) CHECK(rtattn::geometry::bwd_sm90_ws_dq_lag(d, d, p.pad_qk, p.pad_v, p.block_m, 128) == lag);
             CHECK(p.smem_bytes == (ws ? rtattn::geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, 128,
-                                                                                p.stages)
+                                                                                p.stages, lag)
                                       : rtattn::geometry::bwd_sm90_smem_bytes(p.pad_qk, p.pad_v, 64, 128, p.stages)));
             CHECK(p.smem_bytes <= rtattn::arch::get("sm_90a").smem_optin);
         }

@@ -66,7 +66,9 @@ public:
     bool runs_on(const arch::Arch& a) const override { return a.wgmma && a.tma && a.setmaxnreg && a.bulk; }
     int threads(const plan::BackwardPlan& p) const override { return p.warps * 32 + 128; }  // + the producer
     int smem_bytes(const plan::BackwardPlan& p) const override {
-        return geometry::bwd_sm90_ws_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages);
+        return geometry::bwd_sm90_ws_smem_bytes(
+            p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages,
+            geometry::bwd_sm90_ws_dq_lag(p.head_dim_qk, p.head_dim_v, p.pad_qk, p.pad_v, p.block_m, p.block_n));
     }
     std::string describe(const plan::BackwardPlan&) const override {
         return "wgmma backward, producer warpgroup (TMA Q/dO, dQ by bulk reduction)";

@@ -49,7 +49,8 @@ constexpr BwdTileRow kBwdTiles[] = {
      "sm_90a, head dims of 8 (d24..128): bwd_sm90's tiles on two consumer warpgroups and a producer warpgroup (TMA "
      "Q/dO into two slots, dQ reductions), S^T and dP^T in flight together, dQ staged while dK runs (H200, S=4k and "
      "16k, causal or not: d128 1.33-1.37x bwd_sm90, d120 1.34-1.41x, d96 1.26-1.31x, d80 1.24-1.27x; d104/d112 "
-     "1.47-1.61x the mma.sync kernel; at pads 32..64 on request, RTATTN_BWD_TILE: d64 1.35-1.46x, d32 1.48-1.60x)",
+     "1.47-1.61x the mma.sync kernel; at pads 32..64 on request, RTATTN_BWD_TILE: d64 1.35-1.46x, d32 1.48-1.60x); "
+     "dQ a step late, no barrier a step between the warpgroups: d128 1.14-1.17x",
      false, 8},
     {bwd_sm90_ws, 144, 144, 64, 128, 8, 0, 0, 0, 2,
      "sm_90a, d132, 136, 140, 144 (d_qk = d_v): as the row above, 144-column tiles in per-width panels (two slots "
@@ -57,7 +58,7 @@ constexpr BwdTileRow kBwdTiles[] = {
      "rows placed 0 or 4 columns right as they lie, by TMA from the 16-byte boundary before them (columns outside "
      "zeroed once landed; a GQA group whose heads alternate placement runs on clusters of two CTAs, one per placement: "
      "the 70B layer's d132 backward 1.43x bwd_sm90's kernel) (H200, S=4k and 16k: d132 1.31-1.39x bwd_sm90, d136 "
-     "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x)",
+     "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x; d132 and d136 with dQ a step late 1.02-1.08x and 1.13-1.17x)",
      true, 4},
     {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 2,
      "sm_90a, head dims of 8 past 144 (d152..256) or a pair of pads 64, 128 or 160..256 (192/128): the wide form, 64 "

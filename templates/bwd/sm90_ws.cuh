@@ -4,8 +4,8 @@
 //   consumers  warpgroups 0 and 1, 64 of the CTA's 128 keys each, dK and dV in registers across the walk. Per step
 //              S^T and dP^T are issued back to back, P^T is computed while dP^T runs; dV is issued before the two
 //              warpgroups exchange dS^T (shared memory, two buffers: a step writes the one its predecessor's
-//              predecessor read, so one barrier a step keeps both safe), then dQ (each warpgroup its share, over all
-//              128 keys: 64 of a step's 128 query rows at pads up to 64, else the columns of
+//              predecessor read), then dQ (each warpgroup its share, over all 128 keys: 64 of a step's 128 query
+//              rows at pads up to 64, else the columns of
 //              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs. The wide form (pads 160..256,
 //              kWide): 64 keys a CTA, both warpgroups on all of them, each with half of the columns of dK, dV
 //              and dQ (S^T and dP^T computed by both).
@@ -20,8 +20,11 @@
 // Handshakes (mbarriers): full[s] (Q, dO, LSE, D of slot s landed: one arrival with the bytes), empty[s] (every
 // consumer warp is done with the slot), landed (a tile to fix has arrived: warp 0 alone), kv (K and V landed: every
 // producer thread), dq_full (both warpgroups staged this step's dQ: every consumer warp), dq_empty (the reduction has
-// read the staging tile). A barrier's k-th phase is waited on as parity k & 1, in order, by one party: a parity wait
-// cannot tell a phase from the one two later.
+// read the staging tile); dQ a step late (kDqLag), ds_full[b] / ds_empty[b] (dS^T buffer b written / read by dQ:
+// every consumer warp), else one named barrier a step between the warpgroups. A barrier's k-th phase is waited on
+// as parity k & 1, in order, by one party (ds_full and ds_empty by both warpgroups, neither of which can be two
+// phases behind: each phase needs the other's arrival after its wait on the phase before): a parity wait cannot tell
+// a phase from the one two later.
 //
 // Rows past seqlen_q carry LSE = +inf and D = 0 (the preprocess), so their P^T and dS^T are 0; key rows past
 // seqlen_k are zero, so their dQ terms are 0 and their dK/dV rows are never stored (bwd/sm90.cuh).
@@ -74,8 +77,14 @@ struct BwdShapeSm90Ws {
     // (kPair below: two CTAs per key block, one per placement; walking both placements in one CTA, with K and V
     // reloaded between them, cost idle code 12% of every d132 call and spilled as an entry of its own).
     static constexpr bool kShiftRows = geometry::bwd_sm90_ws_shift_rows(T::kHeadDimQK, T::kPadQK);
+    // dQ a step late (the consumer loop; geometry::bwd_sm90_ws_dq_lag), where that measured faster (H200, S=16k,
+    // against one barrier a step: d128 1.14-1.16x, d132 1.04-1.08x, d136 1.13-1.18x, d192 1.02-1.08x); not with
+    // 144-column accumulators (d140, d144: beside a step's dQ they spilled 44-100 bytes and serialized the wgmmas,
+    // d140 0.90x), at 128 queries a step (d64 0.96x / 1.03x) nor with dQ by reductions.
+    static constexpr bool kDqLag =
+        geometry::bwd_sm90_ws_dq_lag(T::kHeadDimQK, T::kHeadDimV, T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN);
     static constexpr int kSmemBytes =
-        geometry::bwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
+        geometry::bwd_sm90_ws_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, kDqLag);
     // Registers: the consumers hold dK and dV (pad_qk + pad_v floats a thread) with S^T, dP^T and dQ in flight.
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
@@ -86,6 +95,7 @@ struct BwdShapeSm90Ws {
                   "pads 32..144, or the wide form's");
     // dQ between the warpgroups: 64 of 128 query rows each, or of 64 rows the columns [0, split) and the rest.
     static constexpr bool kDqByRows = T::kBlockM == 128;
+
     static constexpr int kDqSplit = geometry::bwd_sm90_ws_dq_split(kAccQK);
     static_assert((T::kBlockM == 64 || (T::kBlockM == 128 && T::kPadQK <= 64 && T::kPadV <= 64)) &&
                       (T::kBlockN == 128 || (kWide && T::kBlockM == 64)) && T::kWarps == 8,
@@ -96,7 +106,8 @@ struct BwdShapeSm90Ws {
     static constexpr int kXStrideQK = kAccQK % 16 == 8 ? kAccQK : kAccQK + 8;
     static constexpr int kXStrideV = kAccV % 16 == 8 ? kAccV : kAccV + 8;
     static_assert(!kShiftRows || 4 * T::kBlockN * (kXStrideQK + kXStrideV) <=
-                                     kSmemBytes - 8 * (2 * T::kStages + 4) - 16 - 8 * T::kStages * T::kBlockM,
+                                     kSmemBytes - 8 * geometry::bwd_sm90_ws_barriers(T::kStages, kDqLag) - 16 -
+                                         8 * T::kStages * T::kBlockM,
                   "the pairs' exchange fits below the barriers");
     static_assert(!kShiftRows || (T::kHeadDimQK == T::kHeadDimV && T::kVecQK == 4 && T::kHeadDimQK + 4 <= kAccQK),
                   "shifted rows: d_qk = d_v on 8-byte vectors, 4 columns of room");
@@ -187,6 +198,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     auto full = [&](int st) { return bars + 8 * st; };
     auto empty = [&](int st) { return bars + 8 * (kSt + st); };
     const u32 kv_bar = bars + 16 * kSt, dq_full = kv_bar + 8, dq_empty = kv_bar + 16, landed = kv_bar + 24;
+    auto ds_full = [&](int b) { return landed + 8 + 8 * b; };    // dS^T buffer b written (every consumer warp)
+    auto ds_empty = [&](int b) { return landed + 24 + 8 * b; };  // dS^T buffer b read by dQ (every consumer warp)
     int* sSeq = reinterpret_cast<int*>(smem_raw + S::kSmemBytes - 16);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
@@ -238,6 +251,11 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         ptx::mbar_init(dq_full, T::kWarps);
         ptx::mbar_init(dq_empty, 1);
         ptx::mbar_init(landed, 1);
+        if constexpr (S::kDqLag)
+            for (int b = 0; b < 2; ++b) {
+                ptx::mbar_init(ds_full(b), T::kWarps);
+                ptx::mbar_init(ds_empty(b), T::kWarps);
+            }
     }
     wgmma::fence_proxy_async();  // the zeroed columns, visible to wgmma and the bulk reduction
     __syncthreads();
@@ -381,12 +399,64 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     float acc_dv[S::kColsV / 8][4];
     detail::zero_frags(acc_dk);
     detail::zero_frags(acc_dv);
+    if constexpr (S::kDqLag) {
+        // Opaque from here: the first step is a copy of its own (no dQ yet), where ptxas otherwise filled the known
+        // zeros in between the fence and the wgmmas (C7519).
+        sm90::fence_regs<S::kColsQK / 2>(&acc_dk[0][0]);
+        sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
+    }
     const u32 aK0 = ptx::smem_u32(sK), aV0 = ptx::smem_u32(sV);
     if (steps > 0) ptx::mbar_wait(kv_bar, 0);
     wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before this thread's wgmma
 
+    // Lagged dQ (S::kDqLag): a step issues the previous step's dQ beside its own dK, so a warpgroup never waits for
+    // the other's dS^T of the step it is in (one barrier a step kept the two in lockstep, their softmax arithmetic at
+    // the same time and the tensor cores idle meanwhile); ds_full / ds_empty hand each dS^T buffer between them, and
+    // the last step's dQ follows the walk.
+    constexpr bool kLag = S::kDqLag;
+    const int dq_row0 = S::kDqByRows ? wg * 64 : 0;
+    constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
+    // dQ's GEMM (this warpgroup's rows or columns over all the CTA's keys) from the dS^T at ads, and its staging.
+    auto issue_dq = [&](auto& dq, auto width, int c_first, u32 ads, u32 aK) {
+        constexpr int kW = decltype(width)::value;
+        sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
+            dq, [&](int kk) { return LdS::n_major(ads, kk, dq_row0); },
+            [&](int kk, int c0) {
+                if constexpr (S::kWide) return detail::wide_n_major<LK, T::kPadQK>(aK, kk, wg, c_first + c0);
+                else return LK::template n_major<kInside>(aK, kk, c_first + c0);
+            });
+        wgmma::commit();
+    };
+    auto stage_dq = [&](auto& dq, auto width, int c_first, int j) {
+        constexpr int kW = decltype(width)::value;
+        if (j > 0) ptx::mbar_wait(dq_empty, (j - 1) & 1);  // the last step's tile has been read
+#pragma unroll
+        for (int nb = 0; nb < kW / 8; ++nb) {
+            const int col = col_qk(c_first + nb * 8 + t2) - sk;  // the row's element (the tiles' lie sk right)
+            if (S::kShiftRows && col < 0) continue;
+            float* row = sdQ + (dq_row0 + wq * 16 + g) * S::kDqStride + col;
+            *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
+            *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
+        }
+        ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(dq_full);
+    };
+    // This warpgroup's dQ width and first column: rows split (128 queries a step) or wide, all its columns; else its
+    // share of geometry::bwd_sm90_ws_dq_split.
+    auto by_dq_cols = [&](auto f) {
+        if constexpr (S::kDqByRows || S::kWide)
+            f(detail::IntC<S::kColsQK>(), 0);
+        else if (wg == 0)
+            f(detail::IntC<S::kDqSplit>(), 0);
+        else
+            f(detail::IntC<S::kAccQK - S::kDqSplit>(), S::kDqSplit);
+    };
+
     int head = head0(), m_block = m_begin;
-    for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
+    // One step; kDq: whether it has a dQ to compute (lagged: not the first).
+    auto step = [&](int i, auto has_dq) {
+        constexpr bool kDq = decltype(has_dq)::value;
         const int st = kSt > 1 ? i % kSt : 0;
         const int m0 = m_block * T::kBlockM;
         // K's and V's addresses opaque each step: hoisted, their wgmma descriptors were spilled and reloaded.
@@ -395,6 +465,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         const u32 aQ = ptx::smem_u32(sQ0 + st * S::kQElems), adO = ptx::smem_u32(sdO0 + st * S::kdOElems);
         u16* sdS = sdS0 + (i & 1) * S::kdSElems;
         const u32 adS = ptx::smem_u32(sdS);
+        // Lagged: this step's dQ reads the dS^T written now; the previous step's that of the step before.
+        const int dq_step = kLag ? i - 1 : i;
+        const u32 adS_dq = ptx::smem_u32(sdS0 + (dq_step & 1) * S::kdSElems);
         const float* sLse = sLse0 + st * T::kBlockM;
         const float* sD = sD0 + st * T::kBlockM;
         ptx::mbar_wait(full(st), (i / kSt) & 1);
@@ -418,31 +491,47 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         wgmma::wait<0>();
         sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
         u32 dsa[T::kBlockM / 16][4];
+        // Lagged: the buffer's last reader, step i - 2's dQ (issued in step i - 1), done in every warp.
+        if (kLag && i >= 2) ptx::mbar_wait(ds_empty(i & 1), ((i >> 1) & 1) ^ 1);
         // (Wide: the first warpgroup's dS^T is the second's too; it alone stores it.)
         detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, key_wg + wq * 16 + g, t2, !S::kWide || wg == 0);
 
-        // dV += P^T dO while the warpgroups exchange dS^T.
-        wgmma::fence();
-        sm90::gemm_rs<S::kColsV, T::kBlockM / 16, T::kBF16, true>(
-            acc_dv, pa, [&](int kk, int c0) {
-                if constexpr (S::kWide) return detail::wide_n_major<LdO, T::kPadV>(adO, kk, wg, c0);
-                else return LdO::template n_major<false>(adO, kk, c0);
-            });
-        wgmma::commit();
-        wgmma::fence_proxy_async();   // dS^T's stores, visible to wgmma
-        ptx::bar_sync(1, S::kConsumerThreads);
+        if constexpr (kLag) {
+            wgmma::fence_proxy_async();  // dS^T's stores, visible to wgmma
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(ds_full(i & 1));
+            // The previous step's dQ reads every warp's dS^T of that step (waited on before this step's GEMMs
+            // are issued: a wait among them made ptxas serialize them, C7520).
+            if constexpr (kDq) ptx::mbar_wait(ds_full(dq_step & 1), (dq_step >> 1) & 1);
+        }
+        // dV += P^T dO (while the warpgroups exchange dS^T; lagged: issued with the previous step's dQ and this
+        // one's dK, after dQ's fresh registers, which ptxas otherwise filled between the fence and the wgmma and
+        // serialized it, C7519).
+        auto issue_dv = [&] {
+            wgmma::fence();
+            sm90::gemm_rs<S::kColsV, T::kBlockM / 16, T::kBF16, true>(
+                acc_dv, pa, [&](int kk, int c0) {
+                    if constexpr (S::kWide) return detail::wide_n_major<LdO, T::kPadV>(adO, kk, wg, c0);
+                    else return LdO::template n_major<false>(adO, kk, c0);
+                });
+            wgmma::commit();
+        };
+        if constexpr (!kLag) {
+            issue_dv();
+            wgmma::fence_proxy_async();  // dS^T's stores, visible to wgmma (after dV's issue: before it cost d140 6%)
+            ptx::bar_sync(1, S::kConsumerThreads);
+        }
 
-        // dQ (this warpgroup's rows or columns over all 128 keys), then dK += dS^T Q; dQ is staged while dK runs.
-        const int dq_row0 = S::kDqByRows ? wg * 64 : 0;
+        // dQ (this warpgroup's rows or columns over all the CTA's keys; lagged: the previous step's), then
+        // dK += dS^T Q; dQ is staged while dK runs.
         auto dq_then_dk = [&](auto width, int c_first) {
             constexpr int kW = decltype(width)::value;
-            constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
             if constexpr (S::kDqDirect) {
                 // dQ in two parts, the first 64 columns and the rest (whole chunks of the half), each added by
                 // vector reductions (in one piece, with dK and dV of 64 keys x 128 columns in registers, ptxas
                 // serialized the wgmmas for want of registers).
                 constexpr int kP0 = 64, kP1 = kW - 64;
-                auto issue_dq = [&](auto part, auto& dq) {
+                auto issue_part = [&](auto part, auto& dq) {
                     constexpr int kC = decltype(part)::value, kN = kC == 0 ? kP0 : kP1;
                     sm90::gemm_ss<kN, T::kBlockN / 16, T::kBF16, true, true, false>(
                         dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
@@ -465,7 +554,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 // wgmmas), or one array where the parts are alike (pad 256).
                 float dq0[kP0 / 8][4];
                 auto parts = [&](auto& dq1) {
-                    issue_dq(detail::IntC<0>(), dq0);
+                    issue_part(detail::IntC<0>(), dq0);
                     sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
                         acc_dk, dsa, [&](int kk, int c0) { return detail::wide_n_major<LQ, T::kPadQK>(aQ, kk, wg, c0); });
                     wgmma::commit();
@@ -475,7 +564,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                     if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
                     add_dq(detail::IntC<0>(), dq0);
                     wgmma::fence();
-                    issue_dq(detail::IntC<kP0>(), dq1);
+                    issue_part(detail::IntC<kP0>(), dq1);
                     wgmma::wait<0>();
                     sm90::fence_regs<kP1 / 2>(&dq1[0][0]);
                     add_dq(detail::IntC<kP0>(), dq1);
@@ -490,13 +579,35 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 return;
             }
             float dq[kW / 8][4];
-            sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
-                dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
-                [&](int kk, int c0) {
-                    if constexpr (S::kWide) return detail::wide_n_major<LK, T::kPadQK>(aK, kk, wg, c_first + c0);
-                    else return LK::template n_major<kInside>(aK, kk, c_first + c0);
-                });
-            wgmma::commit();
+            if constexpr (!kLag) {
+                // Unlagged (pad 144, 128 queries a step): the code from before the lag, written out (through
+                // stage_dq the d144 kernel's code changed; moving this path's proxy fence had cost d140 6%).
+                static_assert(!S::kWide, "the wide form's staged dQ is lagged (geometry::bwd_sm90_ws_dq_lag)");
+                constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
+                sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
+                    dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
+                    [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, c_first + c0); });
+                wgmma::commit();
+                sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
+                    acc_dk, dsa, [&](int kk, int c0) { return LQ::template n_major<false>(aQ, kk, c0); });
+                wgmma::commit();
+                wgmma::wait<1>();  // dV and dQ done
+                sm90::fence_regs<kW / 2>(&dq[0][0]);
+                sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
+                if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
+#pragma unroll
+                for (int nb = 0; nb < kW / 8; ++nb) {
+                    const int col = col_qk(c_first + nb * 8 + t2) - sk;  // the row's element (the tiles' lie sk right)
+                    if (S::kShiftRows && col < 0) continue;
+                    float* row = sdQ + (dq_row0 + wq * 16 + g) * S::kDqStride + col;
+                    *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
+                    *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
+                }
+                return;
+            }
+            if constexpr (kDq) sm90::fence_regs<kW / 2>(&dq[0][0]);
+            issue_dv();
+            if constexpr (kDq) issue_dq(dq, width, c_first, adS_dq, aK);
             sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
                 acc_dk, dsa, [&](int kk, int c0) {
                     if constexpr (S::kWide) return detail::wide_n_major<LQ, T::kPadQK>(aQ, kk, wg, c0);
@@ -504,28 +615,21 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                 });
             wgmma::commit();
             wgmma::wait<1>();  // dV and dQ done
-            sm90::fence_regs<kW / 2>(&dq[0][0]);
             sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
-            if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
-#pragma unroll
-            for (int nb = 0; nb < kW / 8; ++nb) {
-                const int col = col_qk(c_first + nb * 8 + t2) - sk;  // the row's element (the tiles' lie sk right)
-                if (S::kShiftRows && col < 0) continue;
-                float* row = sdQ + (dq_row0 + wq * 16 + g) * S::kDqStride + col;
-                *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
-                *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
+            if constexpr (kDq) {
+                sm90::fence_regs<kW / 2>(&dq[0][0]);
+                if constexpr (kLag) {
+                    __syncwarp();
+                    if (lane == 0) ptx::mbar_arrive(ds_empty(dq_step & 1));  // its dS^T read
+                }
+                stage_dq(dq, width, c_first, dq_step);
             }
         };
-        if constexpr (S::kDqByRows || S::kWide)
-            dq_then_dk(detail::IntC<S::kColsQK>(), 0);
-        else if (wg == 0)
-            dq_then_dk(detail::IntC<S::kDqSplit>(), 0);
-        else
-            dq_then_dk(detail::IntC<S::kAccQK - S::kDqSplit>(), S::kDqSplit);
+        by_dq_cols(dq_then_dk);
         if constexpr (S::kDqDirect) {
             __syncwarp();
             if (lane == 0 && p.deterministic) ptx::mbar_arrive(dq_full);
-        } else {
+        } else if constexpr (!kLag) {
             ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(dq_full);
@@ -536,6 +640,28 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         sm90::fence_regs<T::kBlockM / 4>(&dsa[0][0]);
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(empty(st));  // this warp is done with the slot
+    };
+    if constexpr (kLag) {
+        if (steps > 0) {
+            step(0, detail::IntC<0>());
+            next_step(head, m_block);
+        }
+        for (int i = 1; i < steps; ++i, next_step(head, m_block)) step(i, detail::IntC<1>());
+        if (steps > 0) {  // the last step's dQ
+            const int j = steps - 1;
+            ptx::mbar_wait(ds_full(j & 1), (j >> 1) & 1);
+            by_dq_cols([&](auto width, int c_first) {
+                float dq[decltype(width)::value / 8][4];
+                sm90::fence_regs<decltype(width)::value / 2>(&dq[0][0]);
+                wgmma::fence();
+                issue_dq(dq, width, c_first, ptx::smem_u32(sdS0 + (j & 1) * S::kdSElems), ptx::smem_u32(sK));
+                wgmma::wait<0>();
+                sm90::fence_regs<decltype(width)::value / 2>(&dq[0][0]);
+                stage_dq(dq, width, c_first, j);
+            });
+        }
+    } else {
+        for (int i = 0; i < steps; ++i, next_step(head, m_block)) step(i, detail::IntC<1>());
     }
 
     if constexpr (kPair) {

@@ -185,8 +185,8 @@ RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
            8 * stages * block_m + 16;
 }
 // Warp-specialized Hopper backward (bwd/sm90_ws.cuh): the dQ staging tile, K and V, `stages` slots of Q and dO, two
-// dS^T buffers (a step writes the one its predecessor's predecessor read), the slots' LSE and D, 2 x stages + 4
-// mbarriers, 16 bytes of varlen sizes. Pads 32..144, per-width panels.
+// dS^T buffers (a step writes the one its predecessor's predecessor read), the slots' LSE and D, the mbarriers, 16
+// bytes of varlen sizes. Pads 32..144, per-width panels.
 // Its dK/dV/dQ accumulators: the pad, or past 128 the head dim rounded up to 8 (d136: 136 columns, not 144).
 RTATTN_GEOMETRY int bwd_sm90_ws_acc_cols(int head_dim, int pad) { return pad > 128 ? round_up(head_dim, 8) : pad; }
 // Its dQ columns between the two consumer warpgroups (each a dQ GEMM over all keys): the first 64 and the rest, or
@@ -236,10 +236,22 @@ RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad 
 RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) {
     return bwd_sm90_ws_wide_tile(block_n) && pad_qk > 192;
 }
-RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages) {
+// Its dQ a step late (bwd/sm90_ws.cuh kDqLag: no barrier a step between the consumer warpgroups), where that
+// measured faster: 64 queries a step, dQ staged, accumulators of up to 136 columns (d140 and d144 spilled more and
+// ran slower) or the wide form.
+RTATTN_GEOMETRY bool bwd_sm90_ws_dq_lag(int head_dim_qk, int head_dim_v, int pad_qk, int pad_v, int block_m,
+                                        int block_n) {
+    if (bwd_sm90_ws_dq_direct(pad_qk, block_n) || block_m != 64) return false;
+    return bwd_sm90_ws_wide_tile(block_n) ||
+           (bwd_sm90_ws_acc_cols(head_dim_qk, pad_qk) <= 136 && bwd_sm90_ws_acc_cols(head_dim_v, pad_v) <= 136);
+}
+// Its mbarriers: full and empty per slot; K/V, dQ staged and read, a tile landed; lagged, dS^T written and read per
+// buffer.
+RTATTN_GEOMETRY int bwd_sm90_ws_barriers(int stages, bool lag) { return 2 * stages + 4 + (lag ? 4 : 0); }
+RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool lag) {
     return (bwd_sm90_ws_dq_direct(pad_qk, block_n) ? 0 : 4 * block_m * bwd_dq_stride(pad_qk)) +
            2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
-           8 * stages * block_m + 8 * (2 * stages + 4) + 16;
+           8 * stages * block_m + 8 * bwd_sm90_ws_barriers(stages, lag) + 16;
 }
 
 // Decode (dec/mma.cuh): the query rows' tile and `stages` K/V tiles of block_n keys in padded rows; after the key
