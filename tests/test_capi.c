@@ -63,7 +63,12 @@ static void test_config(void) {
 
     c.has_head_dim_v = 1, c.head_dim_v = 0;
     CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "head_dim_v");
+    c.has_head_dim_v = 2, c.head_dim_v = 64; /* presence flags are booleans too */
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "has_head_dim_v");
     c.has_head_dim_v = 0;
+    c.has_softmax_scale = -1;
+    CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "has_softmax_scale");
+    c.has_softmax_scale = 0;
     c.dtype = 7;
     CHECK_FAILS(rtattn_config_validate(&c), RTATTN_ERROR_CONFIG, "dtype");
     c.dtype = RTATTN_FP16;

@@ -191,6 +191,7 @@ TEST_CASE("decode and paged_kv: booleans; a paged cache serves decode and prefil
     AttentionConfig c;
     c.paged_kv = true;
     CHECK_NOTHROW(c.validate());  // a prefill against a paged cache
+    CHECK(c.describe() == "d128 bf16 noncausal h1:1 paged");  // not the dense config's label
     c.varlen = true;
     CHECK_NOTHROW(c.validate());  // with packed queries
     c.varlen = false;

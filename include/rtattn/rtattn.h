@@ -76,13 +76,13 @@ RTATTN_API int32_t rtattn_last_error_cuda_result(void);   /* CUDA errors: its CU
 typedef struct rtattn_config {
     size_t struct_size;
     int32_t head_dim_qk;       /* 1..256 (default 128) */
-    int32_t has_head_dim_v;    /* 0: head_dim_v is head_dim_qk */
+    int32_t has_head_dim_v;    /* 0: head_dim_v is head_dim_qk; 1: head_dim_v as given */
     int32_t head_dim_v;        /* 1..256 */
     int32_t dtype;             /* RTATTN_FP16 or RTATTN_BF16 (default) */
     int32_t causal;            /* 0 or 1; bottom-right aligned when seqlen_q != seqlen_k */
     int32_t num_heads_q;       /* 1..65535 (default 1), a multiple of num_heads_kv */
     int32_t num_heads_kv;      /* >= 1 (default 1): 1 = MQA, < num_heads_q = GQA */
-    int32_t has_softmax_scale; /* 0: 1/sqrt(head_dim_qk) */
+    int32_t has_softmax_scale; /* 0: 1/sqrt(head_dim_qk); 1: softmax_scale as given */
     double softmax_scale;      /* FLT_MIN..FLT_MAX/log2(e): a normal float in the kernels, times log2(e) too */
     const char* arch;          /* "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"; NULL or "" = the current device */
     int32_t decode;            /* 0 or 1: 1..16 query tokens per sequence against a KV cache (split-KV decode) */

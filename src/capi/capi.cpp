@@ -55,6 +55,11 @@ core::AttentionConfig to_core(const rtattn_config* in) {
     const rtattn_config c = read_struct(in, "config", config_defaults);
     core::AttentionConfig out;
     out.head_dim_qk = c.head_dim_qk;
+    // The presence flags are booleans like the others: any other value is a caller's mistake, not "present".
+    if (c.has_head_dim_v != 0 && c.has_head_dim_v != 1)
+        throw core::ConfigError("has_head_dim_v", std::to_string(c.has_head_dim_v) + " is not 0 or 1");
+    if (c.has_softmax_scale != 0 && c.has_softmax_scale != 1)
+        throw core::ConfigError("has_softmax_scale", std::to_string(c.has_softmax_scale) + " is not 0 or 1");
     if (c.has_head_dim_v) out.head_dim_v = c.head_dim_v;
     if (c.dtype != RTATTN_FP16 && c.dtype != RTATTN_BF16)
         throw core::ConfigError("dtype", std::to_string(c.dtype) + " is not RTATTN_FP16 (0) or RTATTN_BF16 (1)");
