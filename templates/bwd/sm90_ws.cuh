@@ -582,7 +582,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             if constexpr (!kLag) {
                 // Unlagged (pad 144, 128 queries a step): the code from before the lag, written out (through
                 // stage_dq the d144 kernel's code changed; moving this path's proxy fence had cost d140 6%).
-                static_assert(!S::kWide, "the wide form's staged dQ is lagged (geometry::bwd_sm90_ws_dq_lag)");
+                // (Instantiated, unreached, behind dQ by reductions too.)
+                static_assert(!S::kWide || S::kDqDirect,
+                              "the wide form's staged dQ is lagged (geometry::bwd_sm90_ws_dq_lag)");
                 constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
                 sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
                     dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
