@@ -328,6 +328,13 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                     LdO::for_each_panel([&](int kind, int col, int offset) {
                         ptx::tma_load_4d(ptx::smem_u32(sdO) + offset, &pt.do_map[kind], do_col + col, c1, c2, b, bar);
                     });
+                    // LSE and D straight onto the slot's barrier, in flight beside the tiles (after the fix-up they
+                    // were a second memory round trip a step: d132 ran 12% slower); the workspace has m_pad rows
+                    // per head (a multiple of kBlockM): never read past.
+                    if (fix) ptx::mbar_expect_tx(full(st), 8 * T::kBlockM);
+                    const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
+                    ptx::bulk_load(ptx::smem_u32(sLse0 + st * T::kBlockM), p.lse2 + ws, 4 * T::kBlockM, full(st));
+                    ptx::bulk_load(ptx::smem_u32(sD0 + st * T::kBlockM), p.delta + ws, 4 * T::kBlockM, full(st));
                 }
                 if (fix) {
                     ptx::mbar_wait(landed, fixes++ & 1);
@@ -341,14 +348,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                     }
                     wgmma::fence_proxy_async();  // the zeros, visible to the consumers' wgmma
                     __syncwarp();
-                }
-                if (lane == 0) {
-                    const u32 bar = full(st);
-                    if (fix) ptx::mbar_arrive_expect_tx(bar, 8 * T::kBlockM);
-                    // The workspace has m_pad rows per head (a multiple of kBlockM): never read past.
-                    const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
-                    ptx::bulk_load(ptx::smem_u32(sLse0 + st * T::kBlockM), p.lse2 + ws, 4 * T::kBlockM, bar);
-                    ptx::bulk_load(ptx::smem_u32(sD0 + st * T::kBlockM), p.delta + ws, 4 * T::kBlockM, bar);
+                    if (lane == 0) ptx::mbar_arrive(full(st));
                 }
             }
         } else if (S::kDqDirect && warp == 9 && lane == 0 && p.deterministic) {
@@ -494,7 +494,11 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         // Lagged: the buffer's last reader, step i - 2's dQ (issued in step i - 1), done in every warp.
         if (kLag && i >= 2) ptx::mbar_wait(ds_empty(i & 1), ((i >> 1) & 1) ^ 1);
         // (Wide: the first warpgroup's dS^T is the second's too; it alone stores it.)
-        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, key_wg + wq * 16 + g, t2, !S::kWide || wg == 0);
+        // dS^T's row opaque each step where ptxas hoisted its 16 swizzled store offsets out of the step loop and
+        // spilled them (d132, d136; lagged varlen).
+        int ds_row = key_wg + wq * 16 + g;
+        if constexpr (kLag && ((!S::kWide && S::kAccQK > 128) || T::kVarlen)) asm volatile("" : "+r"(ds_row));
+        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, ds_row, t2, !S::kWide || wg == 0);
 
         if constexpr (kLag) {
             wgmma::fence_proxy_async();  // dS^T's stores, visible to wgmma

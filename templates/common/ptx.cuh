@@ -154,6 +154,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
                  : "memory");
 }
 
+// Tells the barrier `bytes` more are coming, without arriving (the arrival follows, once the caller's own work for the
+// phase is done).
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // TMA: copies one box of a 4-D tensor (coordinates innermost first) into shared memory, completing on `bar`.
 // `map` is the generic address of a __grid_constant__ kernel parameter.
 __device__ __forceinline__ void tma_load_4d(u32 dst, const void* map, int c0, int c1, int c2, int c3, u32 bar) {
