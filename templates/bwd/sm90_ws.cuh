@@ -125,15 +125,24 @@ __device__ __forceinline__ void zero_rows(ptx::u16* s, int valid, int lane) {
     }
 }
 // The columns of a 64-row tile outside rows placed `shift` (0 or 4) columns right, zero: [0, shift) and
-// [shift + kHeadDim, kCols), 4 at a time (8-byte stores), by one warp.
+// [shift + kHeadDim, kCols), by one warp, a lane two rows: the 8-byte pieces, then whole 16-byte chunks (this is
+// on each step's critical path). kHeadDim % 8 == 4.
 template <class L, int kHeadDim, int kCols>
 __device__ __forceinline__ void zero_outside(ptx::u16* s, int shift, int lane) {
-    constexpr int kPieces = (kCols - kHeadDim) / 4;  // per row, whatever the shift
-    for (int i = lane; i < 64 * kPieces; i += 32) {
-        const int r = i / kPieces, j = i % kPieces;
-        const int c = 4 * j < shift ? 4 * j : kHeadDim + 4 * j;
-        *reinterpret_cast<uint2*>(s + L::offset(r, c)) = make_uint2(0, 0);
-    }
+    auto rows = [&](auto placed) {
+        constexpr int kShift = decltype(placed)::value, kEnd = kShift + kHeadDim;
+#pragma unroll 1
+        for (int k = 0; k < 2; ++k) {
+            const int r = lane + 32 * k;
+            if constexpr (kShift == 4) *reinterpret_cast<uint2*>(s + L::offset(r, 0)) = make_uint2(0, 0);
+            if constexpr (kEnd % 8 == 4) *reinterpret_cast<uint2*>(s + L::offset(r, kEnd)) = make_uint2(0, 0);
+#pragma unroll
+            for (int c = (kEnd + 7) / 8 * 8; c < kCols; c += 8)
+                *reinterpret_cast<uint4*>(s + L::offset(r, c)) = make_uint4(0, 0, 0, 0);
+        }
+    };
+    if (shift == 0) rows(IntC<0>());
+    else rows(IntC<4>());
 }
 // The wide form's B operand (N-major Q, dO or K) for warpgroup wg's accumulator columns from j. Past the 64-column
 // panels the second warpgroup's chunk lies as the first's, moved along the tile by a constant number of bytes within
