@@ -1,5 +1,6 @@
 // NVRTC compiles every template variant we ship, for sm_80 and sm_90a, without spills.
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <thread>
 #include <vector>
@@ -274,6 +275,15 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
     for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(worker);
     for (auto& t : threads) t.join();
     REQUIRE(results.size() == jobs.size());
+    // Where the warp-specialized backward's spills stand (the ceiling below), for the log.
+    const auto worst = std::max_element(results.begin(), results.end(),
+                                        [](const Result& a, const Result& b) { return a.ws_spills < b.ws_spills; });
+    std::printf("bwd_sm90_ws main/pair entries: at most %d bytes spilled (stored + loaded; d%d %s%s), %d of stack\n",
+                worst->ws_spills, worst->job.d, worst->job.kind == varlen_backward ? "varlen " : "",
+                worst->job.d % 3 == 0 ? "causal" : "non-causal",
+                std::max_element(results.begin(), results.end(), [](const Result& a, const Result& b) {
+                    return a.ws_stack < b.ws_stack;
+                })->ws_stack);
     for (const auto& r : results) {
         CAPTURE(r.job.d, r.job.arch, int(r.job.kind), r.regs);
         CHECK(r.regs > 0);
@@ -281,11 +291,10 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
         CHECK(r.stack == 0);
         CHECK_FALSE(r.serialized);
         // Not met (issue 22): the warp-specialized backward's main kernel spills a few scalars in some of the
-        // configurations it serves, 8-80 bytes stored + loaded, 8-32 bytes of stack (NVRTC 13.0: d40..64 at 128
-        // queries a step, d132 and d136 with dQ a step late, varlen d120/d160/d192, d140); its pair entry (GQA groups
-        // of alternating placement) 56-76 bytes (40 of stack) at d132 with dQ a step late, 92-108 (32 of stack) in its
-        // d140 jobs. A ceiling on today's figures, so that they do not grow unseen; the target stays 0.
-        CHECK(r.ws_spills <= 112);
-        CHECK(r.ws_stack <= 40);
+        // configurations it serves (NVRTC 13.0, these jobs: d40..64 at 128 queries a step, at most 24 bytes stored +
+        // loaded and 16 of stack; outside them also d136 causal, d140 varlen and d132's varlen pair entry, 12-48
+        // bytes). A ceiling on today's figures, so that they do not grow unseen; the target stays 0.
+        CHECK(r.ws_spills <= 24);
+        CHECK(r.ws_stack <= 16);
     }
 }

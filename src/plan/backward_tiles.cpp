@@ -58,7 +58,8 @@ constexpr BwdTileRow kBwdTiles[] = {
      "rows placed 0 or 4 columns right as they lie, by TMA from the 16-byte boundary before them (columns outside "
      "zeroed once landed; a GQA group whose heads alternate placement runs on clusters of two CTAs, one per placement: "
      "the 70B layer's d132 backward 1.43x bwd_sm90's kernel) (H200, S=4k and 16k: d132 1.31-1.39x bwd_sm90, d136 "
-     "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x; d132 and d136 with dQ a step late 1.02-1.08x and 1.13-1.17x)",
+     "1.32-1.39x, d140 1.34-1.53x, d144 1.24-1.29x; d132 and d136 with dQ a step late 1.02-1.08x and 1.13-1.17x; "
+     "d132 with LSE/D loaded beside the tiles and the zeroing in 8/16-byte pieces 1.17-1.20x)",
      true, 4},
     {bwd_sm90_ws, 160, 256, 64, 64, 8, 0, 0, 0, 2,
      "sm_90a, head dims of 8 past 144 (d152..256) or a pair of pads 64, 128 or 160..256 (192/128): the wide form, 64 "

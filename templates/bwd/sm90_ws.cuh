@@ -436,9 +436,10 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             });
         wgmma::commit();
     };
-    auto stage_dq = [&](auto& dq, auto width, int c_first, int j) {
+    // dQ into the staging tile once the last step's has been read (step j's).
+    auto put_dq = [&](auto& dq, auto width, int c_first, int j) {
         constexpr int kW = decltype(width)::value;
-        if (j > 0) ptx::mbar_wait(dq_empty, (j - 1) & 1);  // the last step's tile has been read
+        if (j > 0) ptx::mbar_wait(dq_empty, (j - 1) & 1);
 #pragma unroll
         for (int nb = 0; nb < kW / 8; ++nb) {
             const int col = col_qk(c_first + nb * 8 + t2) - sk;  // the row's element (the tiles' lie sk right)
@@ -447,6 +448,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
             *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
         }
+    };
+    auto stage_dq = [&](auto& dq, auto width, int c_first, int j) {
+        put_dq(dq, width, c_first, j);
         ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(dq_full);
@@ -593,31 +597,19 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             }
             float dq[kW / 8][4];
             if constexpr (!kLag) {
-                // Unlagged (pad 144, 128 queries a step): the code from before the lag, written out (through
-                // stage_dq the d144 kernel's code changed; moving this path's proxy fence had cost d140 6%).
+                // Unlagged (pad 144, 128 queries a step): dQ and dK issued together after dV, dQ staged without
+                // its fence (the caller's, after the walk's turn; moving this path's proxy fence had cost d140 6%).
                 // (Instantiated, unreached, behind dQ by reductions too.)
                 static_assert(!S::kWide || S::kDqDirect,
                               "the wide form's staged dQ is lagged (geometry::bwd_sm90_ws_dq_lag)");
-                constexpr bool kInside = !S::kDqByRows && S::kDqSplit % 64 != 0;
-                sm90::gemm_ss<kW, T::kBlockN / 16, T::kBF16, true, true, false>(
-                    dq, [&](int kk) { return LdS::n_major(adS, kk, dq_row0); },
-                    [&](int kk, int c0) { return LK::template n_major<kInside>(aK, kk, c_first + c0); });
-                wgmma::commit();
+                issue_dq(dq, width, c_first, adS, aK);
                 sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
                     acc_dk, dsa, [&](int kk, int c0) { return LQ::template n_major<false>(aQ, kk, c0); });
                 wgmma::commit();
                 wgmma::wait<1>();  // dV and dQ done
                 sm90::fence_regs<kW / 2>(&dq[0][0]);
                 sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
-                if (i > 0) ptx::mbar_wait(dq_empty, (i - 1) & 1);  // the last step's tile has been read
-#pragma unroll
-                for (int nb = 0; nb < kW / 8; ++nb) {
-                    const int col = col_qk(c_first + nb * 8 + t2) - sk;  // the row's element (the tiles' lie sk right)
-                    if (S::kShiftRows && col < 0) continue;
-                    float* row = sdQ + (dq_row0 + wq * 16 + g) * S::kDqStride + col;
-                    *reinterpret_cast<float2*>(row) = make_float2(dq[nb][0], dq[nb][1]);
-                    *reinterpret_cast<float2*>(row + 8 * S::kDqStride) = make_float2(dq[nb][2], dq[nb][3]);
-                }
+                put_dq(dq, width, c_first, i);
                 return;
             }
             if constexpr (kDq) sm90::fence_regs<kW / 2>(&dq[0][0]);
