@@ -337,9 +337,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                     LdO::for_each_panel([&](int kind, int col, int offset) {
                         ptx::tma_load_4d(ptx::smem_u32(sdO) + offset, &pt.do_map[kind], do_col + col, c1, c2, b, bar);
                     });
-                    // LSE and D straight onto the slot's barrier, in flight beside the tiles (after the fix-up they
-                    // were a second memory round trip a step: d132 ran 12% slower); the workspace has m_pad rows
-                    // per head (a multiple of kBlockM): never read past.
+                    // LSE and D straight onto the slot's barrier, in flight beside the tiles (issued after the
+                    // fix-up, they were a second memory round trip a step: d132 ran 7-12% slower); the workspace has
+                    // m_pad rows per head (a multiple of kBlockM): never read past.
                     if (fix) ptx::mbar_expect_tx(full(st), 8 * T::kBlockM);
                     const long long ws = ((long long)batch * p.heads_q + head) * p.m_pad + m0;
                     ptx::bulk_load(ptx::smem_u32(sLse0 + st * T::kBlockM), p.lse2 + ws, 4 * T::kBlockM, full(st));
@@ -597,8 +597,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             }
             float dq[kW / 8][4];
             if constexpr (!kLag) {
-                // Unlagged (pad 144, 128 queries a step): dQ and dK issued together after dV, dQ staged without
-                // its fence (the caller's, after the walk's turn; moving this path's proxy fence had cost d140 6%).
+                // Unlagged (pad 144, 128 queries a step): dQ and dK issued together after dV; the staged dQ's fence
+                // and arrival follow in the caller (moving this path's dS^T proxy fence had cost d140 6%).
                 // (Instantiated, unreached, behind dQ by reductions too.)
                 static_assert(!S::kWide || S::kDqDirect,
                               "the wide form's staged dQ is lagged (geometry::bwd_sm90_ws_dq_lag)");
