@@ -95,6 +95,9 @@ public:
             for (int w : sm90::chunk_widths(acc_qk - 64)) ss.insert(w);
         for (int n : {acc_qk, acc_v})
             for (int w : sm90::chunk_widths(n)) rs.insert(w);
+        if (geometry::bwd_sm90_ws_by_gemm(p.pad_qk, p.block_n))  // split by GEMM: dK and dV whole, one warpgroup each
+            for (int n : {p.pad_qk, p.pad_v})
+                for (int w : sm90::chunk_widths(n)) rs.insert(w);
         s.generated = render::wgmma_wrappers(std::vector<int>(ss.begin(), ss.end()),
                                              std::vector<int>(rs.begin(), rs.end()), p.bf16);
         // Where no map can be encoded: bwd/sm90.cuh's kernel with one Q/dO buffer (BwdSm90Fallback), or for the

@@ -8,7 +8,8 @@
 //              rows at pads up to 64, else the columns of
 //              geometry::bwd_sm90_ws_dq_split) and dK; dQ is staged while dK runs. The wide form (pads 160..256,
 //              kWide): 64 keys a CTA, both warpgroups on all of them, each with half of the columns of dK, dV
-//              and dQ (S^T and dP^T computed by both).
+//              and dQ (S^T and dP^T computed by both; past pad 192 they split the GEMMs instead, each computed
+//              once: bwd/sm90_ws_gemms.cuh).
 //   producer   warpgroup 2 on few registers (setmaxnreg): its threads load K and V once (cp.async, rows past
 //              seqlen_k zero); its warp 0 streams Q, dO and their rows' LSE and D into a ring of kStages slots by TMA
 //              and bulk copies from one thread, and zeroes what must not reach the GEMMs once a tile has landed (a
@@ -42,6 +43,7 @@
 #include "bwd/mma.cuh"
 #include "bwd/rows.cuh"
 #include "bwd/sm90.cuh"
+#include "bwd/sm90_ws_gemms.cuh"
 
 namespace rtattn {
 
@@ -64,6 +66,9 @@ struct BwdShapeSm90Ws {
     // registers, so both warpgroups take all 64 keys, each computing S^T and dP^T whole (the same values: 7 GEMM
     // units a step for 5) and keeping half of dK's, dV's and dQ's columns (geometry::bwd_sm90_ws_wide_col).
     static constexpr bool kWide = geometry::bwd_sm90_ws_wide_tile(T::kBlockN);
+    // ... or, where dQ leaves by reductions, the two warpgroups split the step's GEMMs instead of the columns
+    // (bwd/sm90_ws_gemms.cuh: each GEMM computed once).
+    static constexpr bool kByGemm = geometry::bwd_sm90_ws_by_gemm(T::kPadQK, T::kBlockN);
     // dK, dV (and dQ) accumulators: the pad, or past 128 the head dim rounded to 8 (d136: 136, not 144); wide: the
     // pad, and a warpgroup's share half of it.
     static constexpr int kAccQK = kWide ? T::kPadQK : geometry::bwd_sm90_ws_acc_cols(T::kHeadDimQK, T::kPadQK);
@@ -193,7 +198,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     using LdS = sm90::TileLayout<T::kBlockN, T::kBlockM, true>;
 
     // Shared memory (geometry::bwd_sm90_ws_smem_bytes): the dQ staging tile, K, V, kSt slots of Q and dO, two dS^T
-    // buffers, the slots' LSE and D rows, the barriers, the varlen sizes.
+    // buffers (split by GEMM: one, and the P^T handed between the warpgroups), the slots' LSE and D rows, the
+    // barriers, the varlen sizes.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     float* sdQ = reinterpret_cast<float*>(smem_raw);
     u16* sK = reinterpret_cast<u16*>(smem_raw + S::kDqBytes);
@@ -362,7 +368,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             }
         } else if (S::kDqDirect && warp == 9 && lane == 0 && p.deterministic) {
             // The consumers add dQ themselves; deterministic, each step waits for its turn here (dq_empty: go),
-            // then for every consumer warp's adds (issued and fenced: dq_full) before passing the turn on.
+            // then for every consumer warp's adds to be issued (dq_full): the fence after that wait orders them all
+            // before the turn passes on (a release is cumulative over what the CTA barrier ordered before it).
             for (int i = 0; i < steps; ++i, next_step(head, m_block)) {
                 const int m0 = m_block * T::kBlockM;
                 const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
@@ -398,6 +405,18 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     }
 
     ptx::setmaxnreg_inc<S::kConsumerRegs>();
+    if constexpr (S::kByGemm) {
+        const detail::ByGemmCta c{ptx::smem_u32(sK), ptx::smem_u32(sV), ptx::smem_u32(sQ0), ptx::smem_u32(sdO0),
+                                  ptx::smem_u32(sdS0), sdS0, reinterpret_cast<uint4*>(sdS0 + S::kdSElems), sLse0,
+                                  sD0, full(0), empty(0), kv_bar, dq_full, dq_empty, steps, head0(), m_begin,
+                                  m_blocks, n0, batch,
+                                  static_cast<u16*>(p.dk) + view.k_off(p.dk_batch_stride, p.dk_seq_stride) +
+                                      kv_head * p.dk_head_stride,
+                                  static_cast<u16*>(p.dv) + view.k_off(p.dv_batch_stride, p.dv_seq_stride) +
+                                      kv_head * p.dv_head_stride};
+        detail::bwd_ws_by_gemm<T>(p, c, view);
+        return;
+    }
     const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
     const int key_wg = S::kWide ? 0 : wg * 64;   // the warpgroup's first key in the CTA's block
     const int key0 = n0 + key_wg + wq * 16 + g;  // this thread's first key; the other is key0 + 8
@@ -543,63 +562,11 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         // dK += dS^T Q; dQ is staged while dK runs.
         auto dq_then_dk = [&](auto width, int c_first) {
             constexpr int kW = decltype(width)::value;
-            if constexpr (S::kDqDirect) {
-                // dQ in two parts, the first 64 columns and the rest (whole chunks of the half), each added by
-                // vector reductions (in one piece, with dK and dV of 64 keys x 128 columns in registers, ptxas
-                // serialized the wgmmas for want of registers).
-                constexpr int kP0 = 64, kP1 = kW - 64;
-                auto issue_part = [&](auto part, auto& dq) {
-                    constexpr int kC = decltype(part)::value, kN = kC == 0 ? kP0 : kP1;
-                    sm90::gemm_ss<kN, T::kBlockN / 16, T::kBF16, true, true, false>(
-                        dq, [&](int kk) { return LdS::n_major(adS, kk, 0); },
-                        [&](int kk, int c0) { return detail::wide_n_major<LK, T::kPadQK>(aK, kk, wg, kC + c0); });
-                    wgmma::commit();
-                };
-                const long long ws_row = ((long long)batch * p.heads_q + head) * p.m_pad + m0 + wq * 16 + g;
-                float* row = p.dq_accum + ws_row * S::kDqStride;
-                auto add_dq = [&](auto part, auto& dq) {
-                    constexpr int kC = decltype(part)::value, kN = kC == 0 ? kP0 : kP1;
-#pragma unroll
-                    for (int nb = 0; nb < kN / 8; ++nb) {
-                        const int col = col_qk(kC + nb * 8 + t2);
-                        ptx::red_add_f32x2(row + col, dq[nb][0], dq[nb][1]);
-                        ptx::red_add_f32x2(row + 8 * S::kDqStride + col, dq[nb][2], dq[nb][3]);
-                    }
-                };
-                static_assert(kW > 64 && kW <= 128, "a half of 72..128 columns");
-                // Each part its own registers (one array cast to the second part's width: ptxas serialized the
-                // wgmmas), or one array where the parts are alike (pad 256).
-                float dq0[kP0 / 8][4];
-                auto parts = [&](auto& dq1) {
-                    issue_part(detail::IntC<0>(), dq0);
-                    sm90::gemm_rs<S::kColsQK, T::kBlockM / 16, T::kBF16, true>(
-                        acc_dk, dsa, [&](int kk, int c0) { return detail::wide_n_major<LQ, T::kPadQK>(aQ, kk, wg, c0); });
-                    wgmma::commit();
-                    wgmma::wait<1>();  // dV and dQ's first part done
-                    sm90::fence_regs<kP0 / 2>(&dq0[0][0]);
-                    sm90::fence_regs<S::kColsV / 2>(&acc_dv[0][0]);
-                    if (p.deterministic) ptx::mbar_wait(dq_empty, i & 1);  // this CTA's turn
-                    add_dq(detail::IntC<0>(), dq0);
-                    wgmma::fence();
-                    issue_part(detail::IntC<kP0>(), dq1);
-                    wgmma::wait<0>();
-                    sm90::fence_regs<kP1 / 2>(&dq1[0][0]);
-                    add_dq(detail::IntC<kP0>(), dq1);
-                };
-                if constexpr (kP1 == kP0) {
-                    parts(dq0);
-                } else {
-                    float dq1[kP1 / 8][4];
-                    parts(dq1);
-                }
-                if (p.deterministic) __threadfence();  // the adds performed before the turn passes on
-                return;
-            }
             float dq[kW / 8][4];
             if constexpr (!kLag) {
                 // Unlagged (pad 144, 128 queries a step): dQ and dK issued together after dV; the staged dQ's fence
                 // and arrival follow in the caller (moving this path's dS^T proxy fence had cost d140 6%).
-                // (Instantiated, unreached, behind dQ by reductions too.)
+                // (Instantiated, unreached, behind the split by GEMM too.)
                 static_assert(!S::kWide || S::kDqDirect,
                               "the wide form's staged dQ is lagged (geometry::bwd_sm90_ws_dq_lag)");
                 issue_dq(dq, width, c_first, adS, aK);
@@ -633,10 +600,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             }
         };
         by_dq_cols(dq_then_dk);
-        if constexpr (S::kDqDirect) {
-            __syncwarp();
-            if (lane == 0 && p.deterministic) ptx::mbar_arrive(dq_full);
-        } else if constexpr (!kLag) {
+        if constexpr (!kLag) {
             ptx::fence_proxy_async_smem();  // the staged dQ, visible to the bulk reduction
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(dq_full);

@@ -236,6 +236,8 @@ RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad 
 RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) {
     return bwd_sm90_ws_wide_tile(block_n) && pad_qk > 192;
 }
+// Its wide form split by GEMM instead of by columns (bwd/sm90_ws_gemms.cuh), where dQ leaves by reductions.
+RTATTN_GEOMETRY bool bwd_sm90_ws_by_gemm(int pad_qk, int block_n) { return bwd_sm90_ws_dq_direct(pad_qk, block_n); }
 // Its dQ a step late (bwd/sm90_ws.cuh kDqLag: no barrier a step between the consumer warpgroups), where that
 // measured faster: 64 queries a step, dQ staged, accumulators of up to 136 columns (d140 and d144 spilled more and
 // ran slower) or the wide form.
