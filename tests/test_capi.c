@@ -4,9 +4,11 @@
  * Usage: test_capi CACHE_DIR (a fresh directory of its own). */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <rtattn/config_fields.h>
 #include <rtattn/rtattn.h>
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +125,44 @@ static void test_config(void) {
             rtattn_runtime_destroy(rt);
         }
     }
+}
+
+/* rtattn_config as rtattn/config_fields.h lists it: a struct built from the list has the same size and each member
+ * (and presence flag) at the same offset, and the canonical JSON names every field in the list's order. */
+#define MIRROR_INT(n) int32_t n;
+#define MIRROR_OPT_INT(n) int32_t has_##n; int32_t n;
+#define MIRROR_DTYPE(n) int32_t n;
+#define MIRROR_FLAG(n) int32_t n;
+#define MIRROR_OPT_DOUBLE(n) int32_t has_##n; double n;
+#define MIRROR_STRING(n) const char* n;
+#define MIRROR(n, kind) MIRROR_##kind(n)
+struct config_from_list {
+    size_t struct_size;
+    RTATTN_CONFIG_FIELDS(MIRROR)
+};
+
+static void test_config_fields(void) {
+    rtattn_config c;
+    char json[1024];
+    size_t needed = 0;
+    const char* at;
+    CHECK(sizeof(struct config_from_list) == sizeof(rtattn_config));
+#define SAME_OFFSET(n) CHECK(offsetof(struct config_from_list, n) == offsetof(rtattn_config, n));
+#define SAME_INT(n) SAME_OFFSET(n)
+#define SAME_OPT_INT(n) SAME_OFFSET(has_##n) SAME_OFFSET(n)
+#define SAME_DTYPE(n) SAME_OFFSET(n)
+#define SAME_FLAG(n) SAME_OFFSET(n)
+#define SAME_OPT_DOUBLE(n) SAME_OFFSET(has_##n) SAME_OFFSET(n)
+#define SAME_STRING(n) SAME_OFFSET(n)
+#define SAME(n, kind) SAME_##kind(n)
+    RTATTN_CONFIG_FIELDS(SAME)
+    rtattn_config_init(&c);
+    CHECK(rtattn_config_to_json(&c, json, sizeof json, &needed) == RTATTN_OK);
+    at = json;
+#define IN_JSON(n, kind)                       \
+    at = at ? strstr(at, "\"" #n "\":") : NULL; \
+    CHECK(at != NULL);
+    RTATTN_CONFIG_FIELDS(IN_JSON)
 }
 
 static void test_text(void) {
@@ -474,6 +514,7 @@ int main(int argc, char** argv) {
     cache_dir = argv[1];
     test_versions();
     test_config();
+    test_config_fields();
     test_text();
     test_runtime();
     test_backward();

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "rtattn/config_fields.h"
 #include "rtattn/errors.hpp"
 #include "rtattn/rtattn.h"
 
@@ -44,10 +45,9 @@ struct AttentionConfig {
     std::string describe() const;
 
     friend bool operator==(const AttentionConfig& a, const AttentionConfig& b) {
-        return a.head_dim_qk == b.head_dim_qk && a.head_dim_v == b.head_dim_v && a.dtype == b.dtype &&
-               a.causal == b.causal && a.num_heads_q == b.num_heads_q && a.num_heads_kv == b.num_heads_kv &&
-               a.softmax_scale == b.softmax_scale && a.arch == b.arch && a.decode == b.decode &&
-               a.paged_kv == b.paged_kv && a.varlen == b.varlen;
+#define RTATTN_CONFIG_EQ(n, kind) a.n == b.n&&
+        return RTATTN_CONFIG_FIELDS(RTATTN_CONFIG_EQ) true;
+#undef RTATTN_CONFIG_EQ
     }
     friend bool operator!=(const AttentionConfig& a, const AttentionConfig& b) { return !(a == b); }
 };
@@ -65,39 +65,47 @@ inline Dtype dtype_from_string(const std::string& s) {
 
 namespace detail {
 
-// The C view of a config; its arch points into `c`, which must outlive it.
+// The C view of a config; its arch points into `c`, which must outlive it. Field by field as
+// rtattn/config_fields.h lists them, each converted as its kind is.
 inline rtattn_config to_c(const AttentionConfig& c) {
     rtattn_config out;
     rtattn_config_init(&out);
-    out.head_dim_qk = c.head_dim_qk;
-    out.has_head_dim_v = c.head_dim_v.has_value();
-    out.head_dim_v = c.head_dim_v.value_or(0);
-    out.dtype = c.dtype == Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
-    out.causal = c.causal;
-    out.num_heads_q = c.num_heads_q;
-    out.num_heads_kv = c.num_heads_kv;
-    out.has_softmax_scale = c.softmax_scale.has_value();
-    out.softmax_scale = c.softmax_scale.value_or(0);
-    out.arch = c.arch.c_str();
-    out.decode = c.decode;
-    out.paged_kv = c.paged_kv;
-    out.varlen = c.varlen;
+#define RTATTN_TO_C_INT(n) out.n = c.n;
+#define RTATTN_TO_C_OPT_INT(n) out.has_##n = c.n.has_value(), out.n = c.n.value_or(0);
+#define RTATTN_TO_C_DTYPE(n) out.n = c.n == Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
+#define RTATTN_TO_C_FLAG(n) out.n = c.n;
+#define RTATTN_TO_C_STRING(n) out.n = c.n.c_str();
+#define RTATTN_TO_C(n, kind) RTATTN_TO_C_##kind(n)
+#define RTATTN_TO_C_OPT_DOUBLE(n) RTATTN_TO_C_OPT_INT(n)
+    RTATTN_CONFIG_FIELDS(RTATTN_TO_C)
+#undef RTATTN_TO_C
+#undef RTATTN_TO_C_INT
+#undef RTATTN_TO_C_OPT_INT
+#undef RTATTN_TO_C_DTYPE
+#undef RTATTN_TO_C_FLAG
+#undef RTATTN_TO_C_OPT_DOUBLE
+#undef RTATTN_TO_C_STRING
     return out;
 }
 
 inline AttentionConfig from_c(const rtattn_config& c) {
     AttentionConfig out;
-    out.head_dim_qk = c.head_dim_qk;
-    if (c.has_head_dim_v) out.head_dim_v = c.head_dim_v;
-    out.dtype = c.dtype == RTATTN_BF16 ? Dtype::bf16 : Dtype::fp16;
-    out.causal = c.causal != 0;
-    out.num_heads_q = c.num_heads_q;
-    out.num_heads_kv = c.num_heads_kv;
-    if (c.has_softmax_scale) out.softmax_scale = c.softmax_scale;
-    out.arch = str(c.arch);
-    out.decode = c.decode != 0;
-    out.paged_kv = c.paged_kv != 0;
-    out.varlen = c.varlen != 0;
+#define RTATTN_FROM_C_INT(n) out.n = c.n;
+#define RTATTN_FROM_C_OPT_INT(n) \
+    if (c.has_##n) out.n = c.n;
+#define RTATTN_FROM_C_DTYPE(n) out.n = c.n == RTATTN_BF16 ? Dtype::bf16 : Dtype::fp16;
+#define RTATTN_FROM_C_FLAG(n) out.n = c.n != 0;
+#define RTATTN_FROM_C_OPT_DOUBLE(n) RTATTN_FROM_C_OPT_INT(n)
+#define RTATTN_FROM_C_STRING(n) out.n = str(c.n);
+#define RTATTN_FROM_C(n, kind) RTATTN_FROM_C_##kind(n)
+    RTATTN_CONFIG_FIELDS(RTATTN_FROM_C)
+#undef RTATTN_FROM_C
+#undef RTATTN_FROM_C_INT
+#undef RTATTN_FROM_C_OPT_INT
+#undef RTATTN_FROM_C_DTYPE
+#undef RTATTN_FROM_C_FLAG
+#undef RTATTN_FROM_C_OPT_DOUBLE
+#undef RTATTN_FROM_C_STRING
     return out;
 }
 

@@ -19,6 +19,24 @@ def run_python(code, env=None):
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
 
 
+def test_config_fields_follow_the_list():
+    """_lib.Config and AttentionConfig against include/rtattn/config_fields.h, the fields' one list: the ctypes
+    struct has each field (and each optional one's presence flag) in the list's order, the dataclass each name."""
+    import dataclasses
+    import pathlib
+    import re
+    header = pathlib.Path(__file__).resolve().parents[2] / "include" / "rtattn" / "config_fields.h"
+    if not header.exists():
+        pytest.skip(f"{header} is not here (a package without its source tree)")
+    fields = re.findall(r"X\((\w+), ([A-Z_]+)\)", header.read_text())  # the list, not its comment
+    assert len(fields) >= 11
+    expected = ["struct_size"]
+    for name, kind in fields:
+        expected += [f"has_{name}", name] if kind.startswith("OPT_") else [name]
+    assert [f[0] for f in _lib.Config._fields_] == expected
+    assert [f.name for f in dataclasses.fields(rtattn.AttentionConfig)] == [name for name, _ in fields]
+
+
 @pytest.mark.parametrize("struct, init", [
     (_lib.Config, "rtattn_config_init"), (_lib.RuntimeOptions, "rtattn_runtime_options_init"),
     (_lib.KernelInfo, "rtattn_kernel_info_init"), (_lib.CacheStats, "rtattn_cache_stats_init"),

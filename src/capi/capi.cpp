@@ -14,6 +14,7 @@
 #include "capi/boundary.hpp"
 #include "compile/compile.hpp"
 #include "core/rtattn.hpp"
+#include "rtattn/config_fields.h"
 
 struct rtattn_runtime {
     std::unique_ptr<rtattn::core::Runtime> runtime;
@@ -51,51 +52,45 @@ void config_defaults(rtattn_config* c) {
     c->num_heads_kv = d.num_heads_kv;
 }
 
+// The fields as rtattn/config_fields.h lists them, each converted as its kind is. A presence flag (has_<name>) is a
+// boolean like the others: any other value is a caller's mistake, not "present".
+bool flag_from_c(const char* field, std::int32_t v) {
+    if (v != 0 && v != 1) throw core::ConfigError(field, std::to_string(v) + " is not 0 or 1");
+    return v != 0;
+}
+core::Dtype dtype_from_c(std::int32_t v) {
+    if (v != RTATTN_FP16 && v != RTATTN_BF16)
+        throw core::ConfigError("dtype", std::to_string(v) + " is not RTATTN_FP16 (0) or RTATTN_BF16 (1)");
+    return v == RTATTN_BF16 ? core::Dtype::bf16 : core::Dtype::fp16;
+}
+
 core::AttentionConfig to_core(const rtattn_config* in) {
     const rtattn_config c = read_struct(in, "config", config_defaults);
     core::AttentionConfig out;
-    out.head_dim_qk = c.head_dim_qk;
-    // The presence flags are booleans like the others: any other value is a caller's mistake, not "present".
-    if (c.has_head_dim_v != 0 && c.has_head_dim_v != 1)
-        throw core::ConfigError("has_head_dim_v", std::to_string(c.has_head_dim_v) + " is not 0 or 1");
-    if (c.has_softmax_scale != 0 && c.has_softmax_scale != 1)
-        throw core::ConfigError("has_softmax_scale", std::to_string(c.has_softmax_scale) + " is not 0 or 1");
-    if (c.has_head_dim_v) out.head_dim_v = c.head_dim_v;
-    if (c.dtype != RTATTN_FP16 && c.dtype != RTATTN_BF16)
-        throw core::ConfigError("dtype", std::to_string(c.dtype) + " is not RTATTN_FP16 (0) or RTATTN_BF16 (1)");
-    out.dtype = c.dtype == RTATTN_BF16 ? core::Dtype::bf16 : core::Dtype::fp16;
-    if (c.causal != 0 && c.causal != 1) throw core::ConfigError("causal", std::to_string(c.causal) + " is not 0 or 1");
-    out.causal = c.causal != 0;
-    out.num_heads_q = c.num_heads_q;
-    out.num_heads_kv = c.num_heads_kv;
-    if (c.has_softmax_scale) out.softmax_scale = c.softmax_scale;
-    out.arch = c.arch ? c.arch : "";
-    if (c.decode != 0 && c.decode != 1) throw core::ConfigError("decode", std::to_string(c.decode) + " is not 0 or 1");
-    if (c.paged_kv != 0 && c.paged_kv != 1)
-        throw core::ConfigError("paged_kv", std::to_string(c.paged_kv) + " is not 0 or 1");
-    if (c.varlen != 0 && c.varlen != 1) throw core::ConfigError("varlen", std::to_string(c.varlen) + " is not 0 or 1");
-    out.decode = c.decode != 0;
-    out.paged_kv = c.paged_kv != 0;
-    out.varlen = c.varlen != 0;
+#define RTATTN_TO_CORE_INT(n) out.n = c.n;
+#define RTATTN_TO_CORE_OPT_INT(n) \
+    if (flag_from_c("has_" #n, c.has_##n)) out.n = c.n;
+#define RTATTN_TO_CORE_DTYPE(n) out.n = dtype_from_c(c.n);
+#define RTATTN_TO_CORE_FLAG(n) out.n = flag_from_c(#n, c.n);
+#define RTATTN_TO_CORE_OPT_DOUBLE(n) RTATTN_TO_CORE_OPT_INT(n)
+#define RTATTN_TO_CORE_STRING(n) out.n = c.n ? c.n : "";
+#define RTATTN_TO_CORE(n, kind) RTATTN_TO_CORE_##kind(n)
+    RTATTN_CONFIG_FIELDS(RTATTN_TO_CORE)
     return out;
 }
 
-rtattn_config from_core(const core::AttentionConfig& in, const char* arch) {
+// `text`: the characters of the STRING field (arch), which must outlive the result.
+rtattn_config from_core(const core::AttentionConfig& in, const char* text) {
     rtattn_config c;
     config_defaults(&c);
-    c.head_dim_qk = in.head_dim_qk;
-    c.has_head_dim_v = in.head_dim_v.has_value();
-    c.head_dim_v = in.head_dim_v.value_or(0);
-    c.dtype = in.dtype == core::Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
-    c.causal = in.causal;
-    c.num_heads_q = in.num_heads_q;
-    c.num_heads_kv = in.num_heads_kv;
-    c.has_softmax_scale = in.softmax_scale.has_value();
-    c.softmax_scale = in.softmax_scale.value_or(0);
-    c.arch = arch;
-    c.decode = in.decode;
-    c.paged_kv = in.paged_kv;
-    c.varlen = in.varlen;
+#define RTATTN_FROM_CORE_INT(n) c.n = in.n;
+#define RTATTN_FROM_CORE_OPT_INT(n) c.has_##n = in.n.has_value(), c.n = in.n.value_or(0);
+#define RTATTN_FROM_CORE_DTYPE(n) c.n = in.n == core::Dtype::bf16 ? RTATTN_BF16 : RTATTN_FP16;
+#define RTATTN_FROM_CORE_FLAG(n) c.n = in.n;
+#define RTATTN_FROM_CORE_OPT_DOUBLE(n) RTATTN_FROM_CORE_OPT_INT(n)
+#define RTATTN_FROM_CORE_STRING(n) c.n = text;
+#define RTATTN_FROM_CORE(n, kind) RTATTN_FROM_CORE_##kind(n)
+    RTATTN_CONFIG_FIELDS(RTATTN_FROM_CORE)
     return c;
 }
 

@@ -8,6 +8,7 @@
 #include "config/config_json.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
+#include "rtattn/config_fields.h"
 #include "util/json_input.hpp"
 #include "util/text.hpp"
 
@@ -60,24 +61,19 @@ void AttentionConfig::validate() const {
 }
 
 std::string AttentionConfig::to_json() const {
-    nlohmann::ordered_json j;
-    j["head_dim_qk"] = head_dim_qk;
-    if (head_dim_v)
-        j["head_dim_v"] = *head_dim_v;
-    else
-        j["head_dim_v"] = nullptr;  // explicit "same as head_dim_qk", so the round trip is exact
-    j["dtype"] = to_string(dtype);
-    j["causal"] = causal;
-    j["num_heads_q"] = num_heads_q;
-    j["num_heads_kv"] = num_heads_kv;
-    if (softmax_scale)
-        j["softmax_scale"] = *softmax_scale;
-    else
-        j["softmax_scale"] = nullptr;
-    j["arch"] = arch;
-    j["decode"] = decode;
-    j["paged_kv"] = paged_kv;
-    j["varlen"] = varlen;
+    nlohmann::ordered_json j;  // every field, in rtattn/config_fields.h's order
+#define RTATTN_JSON_INT(n) j[#n] = n;
+#define RTATTN_JSON_OPT_INT(n) \
+    if (n)                     \
+        j[#n] = *n;            \
+    else                       \
+        j[#n] = nullptr;  // explicit "the default", so the round trip is exact
+#define RTATTN_JSON_DTYPE(n) j[#n] = to_string(n);
+#define RTATTN_JSON_FLAG(n) j[#n] = n;
+#define RTATTN_JSON_OPT_DOUBLE(n) RTATTN_JSON_OPT_INT(n)
+#define RTATTN_JSON_STRING(n) j[#n] = n;
+#define RTATTN_JSON(n, kind) RTATTN_JSON_##kind(n)
+    RTATTN_CONFIG_FIELDS(RTATTN_JSON)
     return j.dump();
 }
 
@@ -110,16 +106,17 @@ std::optional<int> int_field(const nlohmann::json& j, const char* key, long long
 
 AttentionConfig config_from_json(const nlohmann::json& j) {
     if (!j.is_object()) throw ConfigError("json", "a config must be a JSON object");
-    static const char* known[] = {"head_dim",    "head_dim_qk",  "head_dim_v",    "dtype", "causal",
-                                  "num_heads_q", "num_heads_kv", "softmax_scale", "arch",
-                                  "decode",      "paged_kv",     "varlen"};
+#define RTATTN_FIELD_NAME(n, kind) #n,
+    static const char* known[] = {"head_dim", RTATTN_CONFIG_FIELDS(RTATTN_FIELD_NAME)};
     for (const auto& [key, value] : j.items()) {
         bool ok = false;
         for (const char* k : known) ok = ok || key == k;
-        if (!ok)
-            throw ConfigError(util::escaped(key.substr(0, 64)),
-                              "unknown field; allowed: head_dim (or head_dim_qk), head_dim_v, dtype, causal, "
-                              "num_heads_q, num_heads_kv, softmax_scale, arch, decode, paged_kv, varlen");
+        if (!ok) {
+            std::string allowed = "head_dim (or head_dim_qk)";
+            for (const char* k : known)
+                if (std::string(k) != "head_dim" && std::string(k) != "head_dim_qk") allowed += std::string(", ") + k;
+            throw ConfigError(util::escaped(key.substr(0, 64)), "unknown field; allowed: " + allowed);
+        }
     }
     constexpr int kMaxHeads = AttentionConfig::kMaxHeads;
     AttentionConfig c;
@@ -141,10 +138,15 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
         if (!j[key].is_boolean()) throw ConfigError(key, "must be true or false");
         out = j[key].get<bool>();
     };
-    bool_field("causal", c.causal);
-    bool_field("decode", c.decode);
-    bool_field("paged_kv", c.paged_kv);
-    bool_field("varlen", c.varlen);
+    // The flags alike; the other kinds are read one by one (each field its own range, alias or default).
+#define RTATTN_READ_FLAG(n) bool_field(#n, c.n);
+#define RTATTN_READ(n, kind) RTATTN_READ_##kind(n)
+#define RTATTN_READ_INT(n)
+#define RTATTN_READ_OPT_INT(n)
+#define RTATTN_READ_DTYPE(n)
+#define RTATTN_READ_OPT_DOUBLE(n)
+#define RTATTN_READ_STRING(n)
+    RTATTN_CONFIG_FIELDS(RTATTN_READ)
     c.num_heads_q = int_field(j, "num_heads_q", 1, kMaxHeads).value_or(1);
     c.num_heads_kv = int_field(j, "num_heads_kv", 1, kMaxHeads).value_or(c.num_heads_q);
     if (j.contains("softmax_scale") && !j["softmax_scale"].is_null()) {
