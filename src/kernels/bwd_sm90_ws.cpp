@@ -54,6 +54,16 @@ bool encode_q_maps(const BackwardLaunch& l, BwdParamsTma& out) {
     return q_seq_dim == do_seq_dim && (out.q_col_step == 0) == (out.do_col_step == 0);
 }
 
+// The accumulator's map where dQ leaves by TMA reductions (geometry::bwd_sm90_ws_by_gemm): every workspace row.
+bool encode_dq_map(const BackwardLaunch& l, BwdParamsTma& out) {
+    const plan::BackwardPlan& p = l.plan;
+    if (!geometry::bwd_sm90_ws_by_gemm(p.pad_qk, p.block_n)) return true;
+    const std::int64_t rows = std::int64_t(l.call.batch) * l.config.num_heads_q *
+                              p.workspace(l.call.batch, l.config.num_heads_q, l.call.seqlen_q).m_pad;
+    return tma::encode_f32_rows(&out.dq_map, out.p.dq_accum, p.pad_qk, rows, geometry::bwd_dq_stride(p.pad_qk),
+                                geometry::kBwdDqBoxCols, geometry::kBwdDqBoxRows);
+}
+
 // The wide form (bwd/sm90_ws.cuh kWide): 64 keys a CTA, at pads past 144.
 bool is_wide(const plan::BackwardPlan& p) { return geometry::bwd_sm90_ws_wide_tile(p.block_n); }
 
@@ -71,7 +81,7 @@ public:
             geometry::bwd_sm90_ws_dq_lag(p.head_dim_qk, p.head_dim_v, p.pad_qk, p.pad_v, p.block_m, p.block_n));
     }
     std::string describe(const plan::BackwardPlan&) const override {
-        return "wgmma backward, producer warpgroup (TMA Q/dO, dQ by bulk reduction)";
+        return "wgmma backward, producer warpgroup (TMA Q/dO, dQ by bulk or TMA reduction)";
     }
     render::StubSpec stub(const plan::BackwardPlan& p) const override {
         render::StubSpec s = backward_stub(p, "bwd/sm90_ws.cuh", "BwdShapeSm90Ws", "flash_bwd_sm90_ws",
@@ -120,7 +130,7 @@ public:
         // Shifted rows of a group's query heads placed alike (MHA, or head strides of 8-element multiples) run the
         // main kernel (its tiles follow the group's first head); placed alternately, a cluster of two CTAs per key
         // block, each walking the heads of one placement.
-        const bool mapped = !tma::disabled() && encode_q_maps(l, prm);
+        const bool mapped = !tma::disabled() && encode_q_maps(l, prm) && encode_dq_map(l, prm);
         const bool alike = l.config.num_heads_q == l.config.num_heads_kv ||
                            (prm.q_col_step % 8 == 0 && prm.do_col_step % 8 == 0);
         if (mapped && alike) return launch_backward(l, prm.p, &prm);

@@ -51,6 +51,20 @@ bool encode_panels(TmaMap* maps, const View& v, int tile_cols, int box_rows, boo
     return true;
 }
 
+bool encode_f32_rows(TmaMap* map, float* base, int cols, std::int64_t rows, int row_floats, int box_cols,
+                     int box_rows) {
+    if (box_cols * 4 != 128 || rows <= 0 || rows >= (std::int64_t(1) << 31)) return false;  // coordinates are 32-bit
+    const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(row_floats) * 4};
+    const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return driver::api().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                                2, base, dims, strides, box, elem_strides,
+                                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 bool disabled() {
     static const bool off = !util::env_flag("RTATTN_TMA").value_or(true);
     return off;

@@ -30,6 +30,12 @@ View whole_rows(const TensorArg& t, int dim, int seqlen, int heads, int batch);
 // where the driver cannot encode them: a base or stride not a 16-byte multiple, a stride of 2^40 bytes or more.
 bool encode_panels(TmaMap* maps, const View& v, int tile_cols, int box_rows, bool bf16, int seq_dim);
 
+// One map of a kernel's fp32 rows (`cols` floats from `base`, `rows` rows `row_floats` apart) whose boxes are
+// box_cols (32: 128-byte rows, the 128-byte swizzle) x box_rows, for TMA reductions into it. False where the driver
+// cannot encode it.
+bool encode_f32_rows(TmaMap* map, float* base, int cols, std::int64_t rows, int row_floats, int box_cols,
+                     int box_rows);
+
 // RTATTN_TMA=0 or false: the families load with cp.async instead (README: Environment). Read once, launches are hot;
 // any other value is a ConfigError naming the variable (thrown again on every launch until fixed), never TMA left on
 // silently.

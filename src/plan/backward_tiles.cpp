@@ -65,10 +65,12 @@ constexpr BwdTileRow kBwdTiles[] = {
      "sm_90a, head dims of 8 past 144 (d152..256) or a pair of pads 64, 128 or 160..256 (192/128): the wide form, 64 "
      "keys a CTA, both consumer warpgroups on all of them (S^T and dP^T computed twice), each keeping half of dK's, "
      "dV's and dQ's columns (dK + dV of 64 keys x 256 outgrow one warpgroup's registers), each chunk of a half inside "
-     "one panel; past pad_qk 192 dQ by each thread's vector reductions, no staging tile, so that two Q/dO slots fit "
-     "(one slot: 0.60x cuDNN at d256, H200; two: 0.72-0.75x), and there the warpgroups split the step's GEMMs "
-     "instead of the columns, each computed once (one S^T, P^T and dV, the other dP^T, dS^T and dK: d208 1.28-1.31x, "
-     "d256 1.16-1.17x) (H200, S=16k, against the mma.sync kernel: d160 1.76-1.87x, d176 1.60-1.66x, d192 "
+     "one panel; past pad_qk 192 no staging tile of the CTA's, so that two Q/dO slots fit (one slot: 0.60x cuDNN "
+     "at d256, H200; two: 0.72-0.75x), and there the warpgroups split the step's GEMMs instead of the columns, each "
+     "computed once (one S^T, P^T and dV, the other dP^T, dS^T and dK: d208 1.28-1.31x, d256 1.16-1.17x), each warp "
+     "adding its dQ rows 32 columns at a time by TMA reductions from a 2 KB box of its own (against each thread's "
+     "8-byte reductions, L2-bound: d208 1.23-1.31x, d224 1.15-1.17x, d240 1.11-1.12x, d256 1.17x) (H200, S=16k, "
+     "against the mma.sync kernel: d160 1.76-1.87x, d176 1.60-1.66x, d192 "
      "1.86-1.91x, d208..240 1.20-1.26x, d256 1.28-1.33x, before the split)",
      false, 8},
     {bwd_sm90, 80, 96, 64, 128, 8, 0, 0, 0, 1,

@@ -15,7 +15,8 @@
 //              and bulk copies from one thread, and zeroes what must not reach the GEMMs once a tile has landed (a
 //              packed sequence's rows past its end, which are the next sequence's; shifted rows' neighbouring
 //              columns); its warp 1 adds each step's staged dQ into the fp32 accumulator by one bulk reduction (in
-//              key-block order when deterministic). A call no map can address runs the module's other kernel,
+//              key-block order when deterministic; past pad 192 the consumer warps add theirs, bwd/sm90_ws_gemms.cuh).
+//              A call no map can address runs the module's other kernel,
 //              bwd/sm90.cuh's (BwdSm90Fallback).
 //
 // Handshakes (mbarriers): full[s] (Q, dO, LSE, D of slot s landed: one arrival with the bytes), empty[s] (every
@@ -55,9 +56,10 @@ struct BwdShapeSm90Ws {
     static constexpr int kConsumerThreads = T::kWarps * 32;
     static constexpr int kThreads = kConsumerThreads + 128;
     static constexpr int kDqStride = geometry::bwd_dq_stride(T::kPadQK);
-    // dQ added by each consumer thread's vector reductions instead of a staged tile (wide form past pad 192).
+    // dQ added by each consumer warp from a box of its own instead of a staged tile (wide form past pad 192).
     static constexpr bool kDqDirect = geometry::bwd_sm90_ws_dq_direct(T::kPadQK, T::kBlockN);
-    static constexpr int kDqBytes = kDqDirect ? 0 : 4 * T::kBlockM * kDqStride;
+    static constexpr int kDqBytes =
+        kDqDirect ? T::kWarps * geometry::bwd_sm90_ws_dq_box_bytes() : 4 * T::kBlockM * kDqStride;
     static constexpr int kKElems = T::kBlockN * T::kPadQK, kVElems = T::kBlockN * T::kPadV;
     static constexpr int kQElems = T::kBlockM * T::kPadQK, kdOElems = T::kBlockM * T::kPadV;
     static constexpr int kdSElems = T::kBlockN * T::kBlockM;
@@ -197,7 +199,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     using LdO = sm90::TileLayout<T::kBlockM, T::kPadV, true>;
     using LdS = sm90::TileLayout<T::kBlockN, T::kBlockM, true>;
 
-    // Shared memory (geometry::bwd_sm90_ws_smem_bytes): the dQ staging tile, K, V, kSt slots of Q and dO, two dS^T
+    // Shared memory (geometry::bwd_sm90_ws_smem_bytes): the dQ staging tile (or the warps' boxes), K, V, kSt slots of Q and dO, two dS^T
     // buffers (split by GEMM: one, and the P^T handed between the warpgroups), the slots' LSE and D rows, the
     // barriers, the varlen sizes.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -408,7 +410,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
     if constexpr (S::kByGemm) {
         const detail::ByGemmCta c{ptx::smem_u32(sK), ptx::smem_u32(sV), ptx::smem_u32(sQ0), ptx::smem_u32(sdO0),
                                   ptx::smem_u32(sdS0), sdS0, reinterpret_cast<uint4*>(sdS0 + S::kdSElems), sLse0,
-                                  sD0, full(0), empty(0), kv_bar, dq_full, dq_empty, steps, head0(), m_begin,
+                                  sD0, full(0), empty(0), kv_bar, dq_full, dq_empty, ptx::smem_u32(sdQ), &pt.dq_map,
+                                  steps, head0(), m_begin,
                                   m_blocks, n0, batch,
                                   static_cast<u16*>(p.dk) + view.k_off(p.dk_batch_stride, p.dk_seq_stride) +
                                       kv_head * p.dk_head_stride,

@@ -1,10 +1,11 @@
-// bwd/sm90_ws.cuh's consumers split by GEMM (kByGemm: the wide form where dQ leaves by reductions, pads past 192).
+// bwd/sm90_ws.cuh's consumers split by GEMM (kByGemm: the wide form past pad 192, where no dQ staging tile fits).
 // The wide form's warpgroups each compute S^T and dP^T of the CTA's 64 keys whole and keep half of dK's and dV's
 // columns: 7 GEMM units a step for 5. Here each GEMM is computed once:
 //
 //   warpgroup 0  S^T = K Q^T, P^T (its exponentials), dV += P^T dO with dV whole (every column) in its registers;
 //   warpgroup 1  dP^T = V dO^T, then with warpgroup 0's P^T dS^T = P^T (dP^T - D), dK += dS^T Q with dK whole;
-//   both         dQ = dS K, half of the columns each (the wide form's halves), added by vector reductions.
+//   both         dQ = dS K, half of the columns each (the wide form's halves), each warp adding its 16 rows by TMA
+//                reductions 32 columns at a time from a box of its own in shared memory.
 //
 // S^T and dP^T are issued at the same time by the two warpgroups (64-wide wgmmas, as the wide form's); P^T and dV,
 // dS^T and dK stay in the registers of the warpgroup that computed them (A from registers). Two named barriers a
@@ -32,10 +33,19 @@ struct ByGemmCta {
     const float* sLse0;
     const float* sD0;
     u32 full0, empty0, kv_bar, dq_full, dq_empty;  // full(st) = full0 + 8 st, empty(st) likewise
+    u32 sdq;             // the consumer warps' dQ boxes (geometry::bwd_sm90_ws_dq_box_bytes each, warp by warp)
+    const void* dq_map;  // the accumulator's (BwdParamsTma::dq_map)
     int steps, head, m_begin, m_blocks, n0, batch;
     u16* dk;  // the key block's head's rows of dK and dV (the view's sequence)
     u16* dv;
 };
+
+// Whether a warpgroup's accumulator columns [j, j + 32) are 32 tile columns in order (a dQ box of either).
+template <int kPad>
+__device__ constexpr bool dq_box_whole(int j) {
+    return geometry::bwd_sm90_ws_wide_col(kPad, 0, j + 31) == geometry::bwd_sm90_ws_wide_col(kPad, 0, j) + 31 &&
+           geometry::bwd_sm90_ws_wide_col(kPad, 1, j + 31) == geometry::bwd_sm90_ws_wide_col(kPad, 1, j) + 31;
+}
 
 template <class T, class View>
 __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmCta& c, const View& view) {
@@ -56,43 +66,81 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
     if (c.steps > 0) ptx::mbar_wait(c.kv_bar, 0);
     wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before wgmma
 
-    // This warpgroup's half of dQ (the wide form's columns), in two parts (the first 64 columns and the rest), each
-    // added by vector reductions as soon as it is in.
+    // This warpgroup's half of dQ (the wide form's columns), in two parts (the first 64 columns and the rest). Each
+    // part's whole boxes of 32 columns leave through the warp's box in shared memory by one TMA reduction each (a
+    // thread's vector reductions of 8 bytes were one L2 request a 32-byte sector: L2-bound at d256); the columns past
+    // a half's last whole box (d208, d224, d240: 8 to 24) by vector reductions.
+    const u32 box = c.sdq + warp * geometry::bwd_sm90_ws_dq_box_bytes();
     auto dq = [&](int i, int m0, int head, u32 aK) {
-        constexpr int kW = S::kColsQK, kP0 = 64, kP1 = kW - 64;
+        constexpr int kW = S::kColsQK, kP0 = 64, kP1 = kW - 64, kBox = geometry::kBwdDqBoxCols;
         static_assert(kW > 64 && kW <= 128, "a half of 72..128 columns");
-        const long long ws_row = ((long long)c.batch * p.heads_q + head) * p.m_pad + m0 + wq * 16 + g;
-        float* row = p.dq_accum + ws_row * S::kDqStride;
-        auto part = [&](auto first, auto& acc) {
+        const long long ws_row = ((long long)c.batch * p.heads_q + head) * p.m_pad + m0 + wq * 16;
+        float* row = p.dq_accum + (ws_row + g) * S::kDqStride;
+        // Part kC's GEMM (columns [kC, kC + kN) of the half), issued.
+        auto issue = [&](auto first, auto& acc) {
             constexpr int kC = decltype(first)::value, kN = kC == 0 ? kP0 : kP1;
             wgmma::fence();
             sm90::gemm_ss<kN, T::kBlockN / 16, T::kBF16, true, true, false>(
                 acc, [&](int kk) { return LdS::n_major(c.adS, kk, 0); },
                 [&](int kk, int c0) { return wide_n_major<LK, T::kPadQK>(aK, kk, wg, kC + c0); });
             wgmma::commit();
-            wgmma::wait<0>();
-            sm90::fence_regs<kN / 2>(&acc[0][0]);
-            // Deterministic: this CTA's turn, waited for once the first part is in (as the wide form did; before
-            // the GEMM: d256 0.98-0.99x, d208 1.01-1.03x).
-            if (kC == 0 && p.deterministic) ptx::mbar_wait(c.dq_empty, i & 1);
+        };
+        // Box b of part kC out of the warp's box in shared memory, once its last reduction has read it.
+        auto put_box = [&](auto first, auto& acc, int b) {
+            constexpr int kC = decltype(first)::value;
+            static_assert(dq_box_whole<T::kPadQK>(kC), "a part's boxes are whole");
+            if (lane == 0) ptx::bulk_wait_read<0>();
+            __syncwarp();
+            // Rows of 128 bytes, 16-byte piece k of row r at piece k ^ (r % 8) (the map's swizzle).
 #pragma unroll
-            for (int nb = 0; nb < kN / 8; ++nb) {
+            for (int nb = 0; nb < kBox / 8; ++nb)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = g + 8 * h, col = nb * 8 + t2;
+                    ptx::st_shared_f32x2(box + r * 4 * kBox + (((col >> 2) ^ (r & 7)) << 4) + (col & 3) * 4,
+                                         acc[b * kBox / 8 + nb][2 * h], acc[b * kBox / 8 + nb][2 * h + 1]);
+                }
+            ptx::fence_proxy_async_smem();  // the box, visible to the TMA reduction
+            __syncwarp();
+            if (lane == 0) {
+                ptx::tma_reduce_add_2d(c.dq_map, geometry::bwd_sm90_ws_wide_col(T::kPadQK, wg, kC + b * kBox),
+                                       int(ws_row), box);
+                ptx::bulk_commit();
+            }
+        };
+        // Part kC's columns past its whole boxes, by vector reductions.
+        auto put_rest = [&](auto first, auto& acc) {
+            constexpr int kC = decltype(first)::value, kN = kC == 0 ? kP0 : kP1;
+#pragma unroll
+            for (int nb = kN / kBox * kBox / 8; nb < kN / 8; ++nb) {
                 const int col = geometry::bwd_sm90_ws_wide_col(T::kPadQK, wg, kC + nb * 8 + t2);
                 ptx::red_add_f32x2(row + col, acc[nb][0], acc[nb][1]);
                 ptx::red_add_f32x2(row + 8 * S::kDqStride + col, acc[nb][2], acc[nb][3]);
             }
         };
         float acc0[kP0 / 8][4];
-        part(IntC<0>(), acc0);
-        if constexpr (kP1 == kP0) {
-            part(IntC<kP0>(), acc0);
-        } else {
-            float acc1[kP1 / 8][4];
-            part(IntC<kP0>(), acc1);
-        }
+        float acc1[kP1 / 8][4];
+        issue(IntC<0>(), acc0);
+        wgmma::wait<0>();
+        sm90::fence_regs<kP0 / 2>(&acc0[0][0]);
+        // Deterministic: this CTA's turn, waited for once the first part is in (as the wide form did; before the
+        // GEMM: d256 0.98-0.99x, d208 1.01-1.03x).
+        if (p.deterministic) ptx::mbar_wait(c.dq_empty, i & 1);
+        put_box(IntC<0>(), acc0, 0);
+        // The second part's GEMM while the first box is read (after the first part's boxes: d208 0.96-0.97x
+        // non-causal, d256 the same; H200).
+        issue(IntC<kP0>(), acc1);
+        put_box(IntC<0>(), acc0, 1);
+        wgmma::wait<0>();
+        sm90::fence_regs<kP1 / 2>(&acc1[0][0]);
+        if constexpr (kP1 >= kBox) put_box(IntC<kP0>(), acc1, 0);
+        if constexpr (kP1 >= 2 * kBox) put_box(IntC<kP0>(), acc1, 1);
+        put_rest(IntC<kP0>(), acc1);
         if (p.deterministic) {
             // The adds ordered before the turn passes on by the producer's fence after dq_full (cumulative: a
-            // fence here held each consumer warp until its reductions had reached L2).
+            // fence here held each consumer warp until its reductions had reached L2); the TMA reductions complete
+            // first.
+            if (lane == 0) ptx::bulk_wait<0>();
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(c.dq_full);
         }
@@ -140,6 +188,7 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
             sm90::fence_regs<T::kPadV / 2>(&acc_dv[0][0]);
             sm90::fence_regs<kPairs * 4>(&pa[0][0]);
         });
+        if (lane == 0) ptx::bulk_wait<0>();  // the box's reductions done before the CTA's shared memory goes
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int key = key0 + 8 * h;
@@ -181,6 +230,7 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
             sm90::fence_regs<T::kPadQK / 2>(&acc_dk[0][0]);
             sm90::fence_regs<kPairs * 4>(&dsa[0][0]);
         });
+        if (lane == 0) ptx::bulk_wait<0>();  // the box's reductions done before the CTA's shared memory goes
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int key = key0 + 8 * h;

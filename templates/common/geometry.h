@@ -184,7 +184,7 @@ RTATTN_GEOMETRY int bwd_sm90_smem_bytes(int pad_qk, int pad_v, int block_m, int 
                 block_n * block_m) +
            8 * stages * block_m + 16;
 }
-// Warp-specialized Hopper backward (bwd/sm90_ws.cuh): the dQ staging tile, K and V, `stages` slots of Q and dO, two
+// Warp-specialized Hopper backward (bwd/sm90_ws.cuh): the dQ staging tile (or the warps' dQ boxes), K and V, `stages` slots of Q and dO, two
 // dS^T buffers (a step writes the one its predecessor's predecessor read), the slots' LSE and D, the mbarriers, 16
 // bytes of varlen sizes. Pads 32..144, per-width panels.
 // Its dK/dV/dQ accumulators: the pad, or past 128 the head dim rounded up to 8 (d136: 136 columns, not 144).
@@ -231,13 +231,19 @@ RTATTN_GEOMETRY int bwd_sm90_ws_wide_col(int pad, int wg, int j) {
 }
 // Its shifted rows (bwd/sm90_ws.cuh): head dims of 4 mod 8 at pad 144 (d132, d140), placed 0 or 4 columns right.
 RTATTN_GEOMETRY bool bwd_sm90_ws_shift_rows(int head_dim, int pad) { return pad == 144 && head_dim % 8 == 4; }
-// Its wide form past pad_qk 192 has no dQ staging tile (two Q/dO slots need the room; at 208 the tile would be 80
-// bytes too many): each consumer thread adds its dQ into the accumulator by vector reductions.
+// Its wide form past pad_qk 192 has no dQ staging tile of the CTA's (two Q/dO slots need the room; at 208 the tile
+// would be 80 bytes too many): each consumer warp adds its own dQ rows (bwd_sm90_ws_dq_box_bytes below).
 RTATTN_GEOMETRY bool bwd_sm90_ws_dq_direct(int pad_qk, int block_n) {
     return bwd_sm90_ws_wide_tile(block_n) && pad_qk > 192;
 }
 // Its wide form split by GEMM instead of by columns (bwd/sm90_ws_gemms.cuh), where dQ leaves by reductions.
 RTATTN_GEOMETRY bool bwd_sm90_ws_by_gemm(int pad_qk, int block_n) { return bwd_sm90_ws_dq_direct(pad_qk, block_n); }
+// There each consumer warp adds its 16 rows of dQ 32 columns at a time through a box of its own in shared memory
+// (rows of 128 bytes, the 128-byte swizzle) by one TMA reduction into the accumulator (whose map the host encodes
+// with this box); columns past a half's last whole box by vector reductions. 8 warps' boxes: the 16 KB of shared
+// memory the two Q/dO slots leave.
+constexpr int kBwdDqBoxCols = 32, kBwdDqBoxRows = 16;
+RTATTN_GEOMETRY int bwd_sm90_ws_dq_box_bytes() { return 4 * kBwdDqBoxCols * kBwdDqBoxRows; }
 // Its dQ a step late (bwd/sm90_ws.cuh kDqLag: no barrier a step between the consumer warpgroups), where that
 // measured faster: 64 queries a step, dQ staged, accumulators of up to 136 columns (d140 and d144 spilled more and
 // ran slower) or the wide form.
@@ -251,7 +257,7 @@ RTATTN_GEOMETRY bool bwd_sm90_ws_dq_lag(int head_dim_qk, int head_dim_v, int pad
 // buffer.
 RTATTN_GEOMETRY int bwd_sm90_ws_barriers(int stages, bool lag) { return 2 * stages + 4 + (lag ? 4 : 0); }
 RTATTN_GEOMETRY int bwd_sm90_ws_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool lag) {
-    return (bwd_sm90_ws_dq_direct(pad_qk, block_n) ? 0 : 4 * block_m * bwd_dq_stride(pad_qk)) +
+    return (bwd_sm90_ws_dq_direct(pad_qk, block_n) ? 8 * bwd_sm90_ws_dq_box_bytes() : 4 * block_m * bwd_dq_stride(pad_qk)) +
            2 * ((block_n + stages * block_m) * (pad_qk + pad_v) + 2 * block_n * block_m) +
            8 * stages * block_m + 8 * bwd_sm90_ws_barriers(stages, lag) + 16;
 }

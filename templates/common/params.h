@@ -175,6 +175,9 @@ struct BwdParamsTma {
     TmaMap do_map[4];
     int tma_seq_dim;
     int q_col_step, do_col_step, head_step;
+    // The fp32 dQ accumulator as rows of bwd_dq_stride floats, boxes of geometry::kBwdDqBoxCols x kBwdDqBoxRows
+    // with the 128-byte swizzle (the kernels that add dQ by TMA reductions: geometry::bwd_sm90_ws_by_gemm).
+    TmaMap dq_map;
 };
 
 }  // namespace rtattn

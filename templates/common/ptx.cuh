@@ -185,6 +185,14 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, u32 src, u32 byt
                  "r"(bytes)
                  : "memory");
 }
+// TMA reduction (sm_90): adds a box of fp32 from shared memory (laid out as the map's swizzle says) into the 2-D
+// tensor at (c0, c1), innermost first; a bulk group's operation, as bulk_reduce_add_f32.
+__device__ __forceinline__ void tma_reduce_add_2d(const void* map, int c0, int c1, u32 src) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                     map),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until at most kPending bulk groups of this thread are still reading their source / not yet complete.
 template <int kPending>
@@ -208,6 +216,9 @@ __device__ __forceinline__ void bar_arrive(u32 id, u32 count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+__device__ __forceinline__ void st_shared_f32x2(u32 addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
 // Adds two floats into global memory (sm_90: one vector reduction, 8-byte aligned).
 __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
