@@ -270,7 +270,8 @@ TEST_CASE("backward: a gradient flowing into the returned LSE", "[gpu][bwd]") {
 TEST_CASE("backward: deterministic mode is bitwise reproducible", "[gpu][bwd]") {
     SKIP_WITHOUT_GPU();
     std::vector<Case> cases;
-    // d132, d140 in groups of 2: the pair kernel; d176 (dQ staged) and d208, d256 (dQ by reductions): the wide form
+    // d132, d140 in groups of 2: the pair kernel; d176 (dQ staged) and d208, d256 (dQ by each warp's TMA reductions):
+    // the wide form
     for (int d : {64, 96, 128, 132, 140, 176, 208, 256}) {
         Case c;
         c.d_qk = c.d_v = d;
