@@ -152,8 +152,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     // Steps: every query block this key block is seen from, for each query head of the GQA group. Causal
     // (bottom-right) skips the blocks entirely above the key block.
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
-    const int m_begin = first_row / T::kBlockM;
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
+    const int m_begin = mask.first_q_block(n0);
     const int steps_per_head = m_blocks - m_begin;
     const int steps = steps_per_head * p.q_per_kv;
 
@@ -216,8 +216,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
 
         // S = Q K^T, then P = exp(S * scale - LSE) (0 where masked), to shared memory for dV and kept packed in
         // 16 bits (the value dV sees) for dS: S's fp32 registers are free before dP's are taken.
-        const bool masked = n0 + T::kBlockN > seqlen_k ||
-                            (T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q);
+        const bool masked = n0 + T::kBlockN > seqlen_k || mask.edge(n0, m0);
         // A C fragment's rows r and r + 8 (columns c, c + 1, packed) into a [query][key] 16-bit tile.
         auto store_rows = [](u16* tile, int r, int c, u32 top, u32 bottom) {
             *reinterpret_cast<u32*>(tile + r * S::kStrideN + c) = top;
@@ -228,9 +227,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
             float s[kSdpMI][S::kSdpNP * 2][4];
             warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
                 s, aQ, S::kStrideQK, sm * S::kSdpM, aK, S::kStrideQK, sn * S::kSdpNP, 1, lane);
-            if (masked)
-                detail::mask_scores<T::kCausal>(s, n0 + sn * S::kSdpNP * 16, m0 + sm * S::kSdpM, lane, seqlen_q,
-                                                seqlen_k);
+            if (masked) detail::apply_mask(mask, s, n0 + sn * S::kSdpNP * 16, m0 + sm * S::kSdpM, lane);
 #pragma unroll
             for (int mi = 0; mi < kSdpMI; ++mi) {
                 const int r_local = sm * S::kSdpM + 16 * mi + g;
@@ -298,8 +295,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
         auto my_turn = [&] {
             const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
-            return (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
-                               : n_keys_last) - n_block;
+            return mask.last_kv_block(m0, n_keys_last) - n_block;
         };
         float* acc_tile = p.dq_accum + (ws_head + m0) * S::kDqStride;
         if (!T::kBulkDQ && p.deterministic) {

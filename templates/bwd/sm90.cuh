@@ -23,6 +23,7 @@
 #include "common/epilogue.cuh"
 #include "common/geometry.h"
 #include "common/load.cuh"
+#include "common/mask.cuh"
 #include "common/params.h"
 #include "common/ptx.cuh"
 #include "common/seq.cuh"
@@ -104,12 +105,12 @@ __device__ __forceinline__ void bwd_scores_t(float (&d)[kNB][4], u32 a, u32 b, i
 
 // The step's arithmetic, in each thread's accumulator fragments of S^T and dP^T (rows: keys key0 and key0 + 8;
 // columns: queries nb * 8 + t2 (+ 1) of the step's block starting at m0), shared by bwd/sm90.cuh and bwd/sm90_ws.cuh.
-// P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the causal mask hides the key (`masked`: the block meets the
-// diagonal; query q sees keys <= q + shift), packed to 16 bits as dV's A fragments (and the value dS is computed
-// from, as bwd/mma.cuh).
-template <bool kBF16, int kNB>
+// P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the mask hides the key (`masked`: the block meets the mask's
+// edge; shift: mask.shift()), packed to 16 bits as dV's A fragments (and the value dS is computed from, as
+// bwd/mma.cuh).
+template <bool kBF16, int kNB, class Mask>
 __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4], const float* sLse, const BwdParams& p,
-                                        bool masked, int key0, int m0, int shift, int t2) {
+                                        const Mask& mask, bool masked, int key0, int m0, int shift, int t2) {
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
         const int c = nb * 8 + t2;
@@ -117,7 +118,7 @@ __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float x = s[nb][e] * p.scale_log2 - lse2[e & 1];
-            if (masked && key0 + 8 * (e >> 1) > m0 + c + (e & 1) + shift) x = neg_inf();
+            if (masked && mask.hides(m0 + c + (e & 1) + shift, key0 + 8 * (e >> 1))) x = neg_inf();
             s[nb][e] = ptx::fast_exp2(x);
         }
     }
@@ -279,8 +280,8 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
     // Steps: every query block this key block is seen from, for each query head of the GQA group; causal
     // (bottom-right) skips the blocks entirely above the key block (bwd/mma.cuh).
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
-    const int m_begin = first_row / T::kBlockM;
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
+    const int m_begin = mask.first_q_block(n0);
     const int steps_per_head = m_blocks - m_begin;
     const int steps = steps_per_head * p.q_per_kv;
     auto next_step = [&](int& head, int& m_block) {
@@ -337,10 +338,10 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
 
         // P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the causal mask hides the key; packed to 16 bits as
         // dV's A fragments (and the value dS is computed from, as bwd/mma.cuh).
-        const bool masked = T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q;
-        const int shift = seqlen_k - seqlen_q;  // query q sees keys <= q + shift
+        const bool masked = mask.edge(n0, m0);
+        const int shift = mask.shift();
         u32 pa[T::kBlockM / 16][4];
-        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, masked, key0, m0, shift, t2);
+        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, mask, masked, key0, m0, shift, t2);
 
         // dP^T = V dO^T; dS^T = P^T * (dP^T - D[query]), packed as dK's A fragments and stored to shared memory
         // for dQ.
@@ -430,10 +431,7 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
             float* acc_tile = p.dq_accum + (ws_head + m0) * S::kDqStride;
             if (p.deterministic) {
                 const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
-                const int my_turn = (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) /
-                                                                       T::kBlockN)
-                                                : n_keys_last) -
-                                    n_block;
+                const int my_turn = mask.last_kv_block(m0, n_keys_last) - n_block;
                 while (*reinterpret_cast<volatile int*>(turn) != my_turn) {
                 }
             }

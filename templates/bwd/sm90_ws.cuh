@@ -237,8 +237,8 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
 
     // The walk (bwd/sm90.cuh): every query block this key block is seen from, for each query head of the group.
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const int first_row = T::kCausal && n0 > seqlen_k - seqlen_q ? n0 - (seqlen_k - seqlen_q) : 0;
-    const int m_begin = first_row / T::kBlockM;
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
+    const int m_begin = mask.first_q_block(n0);
     const int steps = (m_blocks - m_begin) * (kPair ? (p.q_per_kv - part + 1) >> 1 : p.q_per_kv);
     auto next_step = [&](int& head, int& m_block) {
         if (++m_block == m_blocks) m_block = m_begin, head += kHeadStep;
@@ -303,10 +303,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         // Deterministic: a query block's dQ takes its key blocks' adds last to first; waits for this one's turn.
         auto wait_turn = [&](const int* turn, int m0) {
             const int n_keys_last = (seqlen_k - 1) / T::kBlockN;
-            const int my_turn =
-                (T::kCausal ? min(n_keys_last, (m0 + T::kBlockM - 1 + seqlen_k - seqlen_q) / T::kBlockN)
-                            : n_keys_last) -
-                n_block;
+            const int my_turn = mask.last_kv_block(m0, n_keys_last) - n_block;
             while (*reinterpret_cast<const volatile int*>(turn) != my_turn) {
             }
         };
@@ -520,9 +517,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         sm90::fence_regs<S::kNB * 4>(&s[0][0]);
 
         // P^T, then dS^T once dP^T is in (bwd/sm90.cuh's arithmetic).
-        const bool masked = T::kCausal && n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q;
+        const bool masked = mask.edge(n0, m0);
         u32 pa[T::kBlockM / 16][4];
-        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, masked, key0, m0, seqlen_k - seqlen_q, t2);
+        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, mask, masked, key0, m0, mask.shift(), t2);
         wgmma::wait<0>();
         sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
         u32 dsa[T::kBlockM / 16][4];

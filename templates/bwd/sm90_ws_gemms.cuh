@@ -62,7 +62,8 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, ctid = tid & 127;
     const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
     const int key0 = c.n0 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
-    const auto seqlen_q = view.seqlen_q, seqlen_k = view.seqlen_k;
+    const auto seqlen_k = view.seqlen_k;
+    const auto mask = mask_of<T>(view.seqlen_q, seqlen_k);
     if (c.steps > 0) ptx::mbar_wait(c.kv_bar, 0);
     wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before wgmma
 
@@ -173,9 +174,9 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
             wgmma::commit();
             wgmma::wait<0>();
             sm90::fence_regs<S::kNB * 4>(&s[0][0]);
-            const bool masked = T::kCausal && c.n0 + T::kBlockN - 1 > m0 + seqlen_k - seqlen_q;
+            const bool masked = mask.edge(c.n0, m0);
             u32 pa[kPairs][4];
-            bwd_p_t<T::kBF16>(s, pa, c.sLse0 + st * T::kBlockM, p, masked, key0, m0, seqlen_k - seqlen_q, t2);
+            bwd_p_t<T::kBF16>(s, pa, c.sLse0 + st * T::kBlockM, p, mask, masked, key0, m0, mask.shift(), t2);
 #pragma unroll
             for (int k = 0; k < kPairs; ++k) c.sX[k * 128 + ctid] = make_uint4(pa[k][0], pa[k][1], pa[k][2], pa[k][3]);
             ptx::bar_arrive(kBarP, 2 * 128);

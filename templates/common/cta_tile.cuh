@@ -49,7 +49,7 @@ __device__ __forceinline__ CtaTile cta_tile_of(const FwdParams& p, int head, int
     t.v = static_cast<const u16*>(p.v) + (kPaged ? 0 : s.k_offset(p.v_batch_stride, p.v_seq_stride)) +
           kv_head * p.v_head_stride;
     t.seqlen_q = s.seqlen_q, t.seqlen_k = s.seqlen_k, t.k_begin = s.k_begin;
-    t.n_blocks = kv_block_count<kCausal, kBlockM, kBlockN>(t.q0, s.seqlen_q, s.seqlen_k);
+    t.n_blocks = KeyMask<kCausal, kBlockM, kBlockN>{s.seqlen_q, s.seqlen_k}.kv_blocks(t.q0);
     return t;
 }
 

@@ -68,6 +68,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN, T::kPaged>(p);
     const int q0 = cta.q0, n_blocks = cta.n_blocks;
     const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
     if constexpr (T::kVarlen) {
         if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
     }
@@ -236,8 +237,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
             }
         }
 
-        if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
-            detail::mask_scores<T::kCausal>(s, n0, q0 + warp_row0, lane, seqlen_q, seqlen_k);
+        if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp_row0, lane);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
         if constexpr (T::kKVApart) {
             if (j_load < n_blocks) load_v(j_load, j_load % T::kStages);

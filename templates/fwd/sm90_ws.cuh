@@ -575,6 +575,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
         const int q0 = cta.q0, n_blocks = cta.n_blocks;
         const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
+        const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
         // The next tile's Q rows, once this tile's last QK^T has read its own and (O staged over Q) its O has been
         // stored: with O apart, issued under the last PV where the consumers' registers allow (two warpgroups), after
         // it with three (d56 spilled 24 bytes).
@@ -598,8 +599,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         float row_sum[1][2] = {{0.f, 0.f}};
         auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
             const int n0 = j * T::kBlockN;
-            if (detail::block_needs_mask<T::kCausal, T::kBlockM, T::kBlockN>(n0, q0, seqlen_q, seqlen_k))
-                detail::mask_scores<T::kCausal>(s, n0, q0 + warp * 16, lane, seqlen_q, seqlen_k);
+            if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp * 16, lane);
             detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
         };
 
