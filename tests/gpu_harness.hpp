@@ -70,6 +70,9 @@ struct Case {
     std::optional<double> scale = std::nullopt;  // softmax_scale override
     Dist dist = Dist::uniform;
     bool with_lse = true;         // false: ForwardArgs::lse = nullptr
+    // A local kernel (config.local) and the call's window (-1: that side unbounded; FlashAttention's window_size).
+    bool local = false;
+    int window_left = -1, window_right = -1;
 
     AttentionConfig config() const {
         AttentionConfig c;
@@ -77,6 +80,7 @@ struct Case {
         if (d_v != d_qk) c.head_dim_v = d_v;
         c.dtype = dtype;
         c.causal = causal;
+        c.local = local;
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
         c.softmax_scale = scale;
@@ -94,6 +98,7 @@ struct Case {
         if (scale) s += fmt::format(" scale={}", *scale);
         if (dist == Dist::normal) s += " normal";
         if (!with_lse) s += " no-lse";
+        if (local) s += fmt::format(" window({},{})", window_left, window_right);
         return s;
     }
 

@@ -147,6 +147,7 @@ test::ReferenceProblem reference_problem(const Problem& p) {
     r.heads_q = p.c.heads_q, r.heads_kv = p.c.heads_kv;
     r.head_dim_qk = p.c.d_qk, r.head_dim_v = p.c.d_v;
     r.causal = p.c.causal;
+    r.window_left = p.c.window_left, r.window_right = p.c.window_right;
     r.scale = p.c.effective_scale();
     r.q = view(p.q), r.k = view(p.k), r.v = view(p.v);
     return r;
@@ -179,6 +180,7 @@ ForwardArgs DeviceProblem::args(const Problem& p) const {
     a.q = arg(p.q), a.k = arg(p.k), a.v = arg(p.v), a.o = arg(p.o);
     a.lse = p.c.with_lse ? static_cast<float*>(lse_.get()) : nullptr;
     a.batch = p.c.batch, a.seqlen_q = p.c.seqlen_q, a.seqlen_k = p.c.seqlen_k;
+    a.window_size_left = p.c.window_left, a.window_size_right = p.c.window_right;
     return a;
 }
 

@@ -100,11 +100,8 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
     const int dqk = p.head_dim_qk, dv = p.head_dim_v;
     std::vector<double> q(dqk), scores(p.seqlen_k), acc(dv);
     for (int i = row_begin; i < row_end; ++i) {
-        // Keys visible to this row: all of them, or with the causal mask aligned to the bottom-right corner.
-        const long long last = p.causal ? std::min<long long>(p.seqlen_k - 1, (long long)i + p.seqlen_k - p.seqlen_q)
-                                        : p.seqlen_k - 1;
-        const int visible = int(std::max<long long>(last + 1, 0));
-        if (visible == 0) {
+        const KeyRange keys = visible_keys(i, p.seqlen_q, p.seqlen_k, p.causal, p.window_left, p.window_right);
+        if (keys.size() == 0) {
             for (int d = 0; d < dv; ++d) r.o[r.o_index(b, i, h, d)] = 0.0;
             r.lse[r.lse_index(b, h, i)] = std::numeric_limits<double>::infinity();
             continue;
@@ -112,7 +109,7 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
         for (int d = 0; d < dqk; ++d) q[d] = from_bits(p.q.at(b, i, h, d), p.dtype);
 
         double max_score = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < visible; ++j) {
+        for (int j = keys.first; j < keys.end; ++j) {
             const double* kj = &kv.k[std::size_t(j) * dqk];
             double dot = 0;
             for (int d = 0; d < dqk; ++d) dot += q[d] * kj[d];
@@ -121,7 +118,7 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
         }
         double sum = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = 0; j < visible; ++j) {
+        for (int j = keys.first; j < keys.end; ++j) {
             const double w = std::exp(scores[j] - max_score);
             sum += w;
             const double* vj = &kv.v[std::size_t(j) * dv];
@@ -133,6 +130,18 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
 }
 
 }  // namespace
+
+KeyRange visible_keys(int i, int seqlen_q, int seqlen_k, bool causal, int window_left, int window_right) {
+    const long long diagonal = (long long)i + seqlen_k - seqlen_q;
+    long long first = 0, last = seqlen_k - 1;
+    if (causal) window_right = 0;
+    if (window_right >= 0) last = std::min(last, diagonal + window_right);
+    if (window_left >= 0) first = std::max(first, diagonal - window_left);
+    KeyRange r;
+    r.first = int(std::clamp<long long>(first, 0, seqlen_k));
+    r.end = int(std::clamp<long long>(last + 1, 0, seqlen_k));
+    return r;
+}
 
 ReferenceResult reference_forward(const ReferenceProblem& p, int threads) {
     ReferenceResult r;

@@ -36,12 +36,22 @@ struct HostTensorView {
     }
 };
 
+// The keys [first, end) query i sees, FlashAttention's rule with the diagonal bottom-right aligned (key
+// i + seqlen_k - seqlen_q): all of them; causal, those up to the diagonal; a window (left, right; -1: that side
+// unbounded), those from diagonal - left to diagonal + right (causal: right 0). Empty when end <= first.
+struct KeyRange {
+    int first = 0, end = 0;
+    int size() const { return end > first ? end - first : 0; }
+};
+KeyRange visible_keys(int i, int seqlen_q, int seqlen_k, bool causal, int window_left = -1, int window_right = -1);
+
 struct ReferenceProblem {
     Dtype dtype = Dtype::bf16;
     int batch = 1, seqlen_q = 1, seqlen_k = 1;
     int heads_q = 1, heads_kv = 1;
     int head_dim_qk = 1, head_dim_v = 1;
     bool causal = false;   // bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q)
+    int window_left = -1, window_right = -1;  // a sliding window (visible_keys); -1: unbounded
     double scale = 1.0;    // the caller states it; the reference does not reproduce the library's default
     HostTensorView q, k, v;
 };

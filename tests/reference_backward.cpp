@@ -9,11 +9,6 @@
 
 namespace rtattn::test {
 
-int DenseProblem::visible(int i) const {
-    if (!causal) return seqlen_k;
-    return int(std::clamp<long long>((long long)i + seqlen_k - seqlen_q + 1, 0, seqlen_k));
-}
-
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -57,12 +52,12 @@ double dp(const DenseProblem& p, int b, int h, int i, int j) {
     return dot(&p.dout[p.o_index(b, i, h, 0)], &p.v[p.v_index(b, j, kvh, 0)], p.head_dim_v);
 }
 
-// Row i's scaled scores against its n visible keys into s[0..n) and their log-sum-exp (n > 0): the one softmax of
-// the forward, LSE and backward references.
-double row_lse(const DenseProblem& p, int b, int h, int i, int n, std::vector<double>& s) {
+// Row i's scaled scores against its visible keys into s[j - keys.first] and their log-sum-exp (keys not empty): the
+// one softmax of the forward, LSE and backward references.
+double row_lse(const DenseProblem& p, int b, int h, int i, KeyRange keys, std::vector<double>& s) {
     double mx = -kInf, sum = 0;
-    for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(p, b, h, i, j));
-    for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
+    for (int j = keys.first; j < keys.end; ++j) mx = std::max(mx, s[j - keys.first] = score(p, b, h, i, j));
+    for (int j = 0; j < keys.size(); ++j) sum += std::exp(s[j] - mx);
     return mx + std::log(sum);
 }
 
@@ -74,8 +69,9 @@ std::vector<double> dense_lse(const DenseProblem& p) {
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < p.heads_q; ++h)
             for (int i = 0; i < p.seqlen_q; ++i) {
-                const int n = p.visible(i);
-                if (n > 0) out[(std::size_t(b) * p.heads_q + h) * p.seqlen_q + i] = row_lse(p, b, h, i, n, s);
+                const KeyRange keys = p.keys(i);
+                if (keys.size() > 0)
+                    out[(std::size_t(b) * p.heads_q + h) * p.seqlen_q + i] = row_lse(p, b, h, i, keys, s);
             }
     return out;
 }
@@ -87,12 +83,13 @@ std::vector<double> dense_forward(const DenseProblem& p) {
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < p.heads_q; ++h)
             for (int i = 0; i < p.seqlen_q; ++i) {
-                const int n = p.visible(i);
-                if (n == 0) continue;
-                const double lse = row_lse(p, b, h, i, n, s);
-                for (int j = 0; j < n; ++j)
+                const KeyRange keys = p.keys(i);
+                if (keys.size() == 0) continue;
+                const double lse = row_lse(p, b, h, i, keys, s);
+                for (int j = keys.first; j < keys.end; ++j)
                     for (int d = 0; d < p.head_dim_v; ++d)
-                        o[p.o_index(b, i, h, d)] += std::exp(s[j] - lse) * p.v[p.v_index(b, j, h / group, d)];
+                        o[p.o_index(b, i, h, d)] +=
+                            std::exp(s[j - keys.first] - lse) * p.v[p.v_index(b, j, h / group, d)];
             }
     return o;
 }
@@ -112,14 +109,15 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         const int i = int(it % p.seqlen_q);
         const int h = int(it / p.seqlen_q % p.heads_q);
         const int b = int(it / p.seqlen_q / p.heads_q);
-        const int n = p.visible(i);
+        const KeyRange keys = p.keys(i);
+        const int n = keys.size();
         if (n == 0) return;  // lse +inf, D 0, dQ row 0
         std::vector<double> s(n), pr(n), dpr(n);
-        const double lse = row_lse(p, b, h, i, n, s);
+        const double lse = row_lse(p, b, h, i, keys, s);
         double delta = 0;
         for (int j = 0; j < n; ++j) {
             pr[j] = std::exp(s[j] - lse);
-            dpr[j] = dp(p, b, h, i, j);
+            dpr[j] = dp(p, b, h, i, keys.first + j);
             delta += pr[j] * dpr[j];
         }
         // A gradient g flowing into LSE adds g * P to dS (dLSE/dS = P): the same as lowering D by g.
@@ -129,7 +127,7 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         double* dq = &r.dq[p.q_index(b, i, h, 0)];
         for (int j = 0; j < n; ++j) {
             const double ds = pr[j] * (dpr[j] - delta);
-            const double* kj = &p.k[p.k_index(b, j, h / group, 0)];
+            const double* kj = &p.k[p.k_index(b, keys.first + j, h / group, 0)];
             for (int d = 0; d < p.head_dim_qk; ++d) dq[d] += p.scale * ds * kj[d];
         }
     });
@@ -143,7 +141,8 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         double* dv = &r.dv[p.v_index(b, j, kvh, 0)];
         for (int h = kvh * group; h < (kvh + 1) * group; ++h)
             for (int i = 0; i < p.seqlen_q; ++i) {
-                if (j >= p.visible(i)) continue;
+                const KeyRange keys = p.keys(i);
+                if (j < keys.first || j >= keys.end) continue;
                 const std::size_t row = st.at(p, b, h, i);
                 const double pr = std::exp(score(p, b, h, i, j) - st.lse[row]);
                 const double ds = pr * (dp(p, b, h, i, j) - st.delta[row]);
@@ -161,6 +160,7 @@ DenseProblem dense_from(const ReferenceProblem& p, const HostTensorView& dout) {
     d.batch = p.batch, d.seqlen_q = p.seqlen_q, d.seqlen_k = p.seqlen_k;
     d.heads_q = p.heads_q, d.heads_kv = p.heads_kv, d.head_dim_qk = p.head_dim_qk, d.head_dim_v = p.head_dim_v;
     d.causal = p.causal, d.scale = p.scale;
+    d.window_left = p.window_left, d.window_right = p.window_right;
     d.q.resize(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_qk);
     d.k.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_qk);
     d.v.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_v);

@@ -13,6 +13,7 @@ namespace rtattn::test {
 struct DenseProblem {
     int batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, head_dim_qk = 1, head_dim_v = 1;
     bool causal = false;
+    int window_left = -1, window_right = -1;  // a sliding window (visible_keys); -1: unbounded
     double scale = 1.0;
     std::vector<double> q, k, v, dout;
     // Optional [batch, heads_q, seqlen_q]: the loss's gradient with respect to the forward's LSE (empty: none).
@@ -30,8 +31,8 @@ struct DenseProblem {
     std::size_t o_index(int b, int s, int h, int d) const {
         return ((std::size_t(b) * seqlen_q + s) * heads_q + h) * head_dim_v + d;
     }
-    // Keys query i sees: [0, visible(i)).
-    int visible(int i) const;
+    // Keys query i sees.
+    KeyRange keys(int i) const { return visible_keys(i, seqlen_q, seqlen_k, causal, window_left, window_right); }
 };
 
 struct BackwardResult {

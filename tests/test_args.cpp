@@ -87,6 +87,42 @@ TEST_CASE("prefill calls: every bad argument is refused with its field", "[args]
     }
 }
 
+TEST_CASE("window bounds: only a local kernel takes them; -1 or more; causal: no right bound", "[args][local]") {
+    for (int d : {64, 132}) {
+        CAPTURE(d);
+        auto field = [&](bool local, bool causal, int left, int right) {
+            Call x = call(d);
+            x.c.local = local, x.c.causal = causal;
+            x.p = rtattn::plan::plan(x.c);
+            x.a.window_size_left = left, x.a.window_size_right = right;
+            return x.field();
+        };
+        CHECK(field(false, false, -1, -1) == "");
+        CHECK(field(false, false, 0, -1) == "window_size_left");  // a zeroed struct on a kernel without a window
+        CHECK(field(false, true, -1, 0) == "window_size_right");
+        CHECK(field(true, false, -1, -1) == "");
+        CHECK(field(true, false, 0, 0) == "");
+        CHECK(field(true, false, 4096, 5) == "");
+        CHECK(field(true, false, -2, 0) == "window_size_left");
+        CHECK(field(true, false, 3, -7) == "window_size_right");
+        CHECK(field(true, true, 100, 0) == "");
+        CHECK(field(true, true, 100, -1) == "");
+        CHECK(field(true, true, 100, 1) == "window_size_right");
+    }
+    // As the kernels hold them: an unbounded side (or one past the sequence) bounds nothing; causal: right 0.
+    AttentionConfig c;
+    c.local = true;
+    using rtattn::kernels::window_bounds;
+    CHECK(window_bounds(c, -1, -1, 300, 500).left == 500);
+    CHECK(window_bounds(c, -1, -1, 300, 500).right == 300);
+    CHECK(window_bounds(c, 7, 9, 300, 500).left == 7);
+    CHECK(window_bounds(c, 7, 9, 300, 500).right == 9);
+    CHECK(window_bounds(c, 600, 301, 300, 500).left == 500);
+    CHECK(window_bounds(c, 600, 301, 300, 500).right == 300);
+    c.causal = true;
+    CHECK(window_bounds(c, 7, -1, 300, 500).right == 0);
+}
+
 TEST_CASE("decode calls: query tokens, splits, the workspace and the cache", "[args]") {
     for (bool paged : {false, true}) {
         CAPTURE(paged);
@@ -184,5 +220,6 @@ TEST_CASE("backward calls: tensors, the LSE and the plan's workspace", "[args][b
     CHECK(bad([](rtattn::BackwardArgs& b) { b.dk.seq_stride = 8; }) == "dk");  // output rows overlap
     CHECK(bad([](rtattn::BackwardArgs& b) { b.workspace = nullptr; }) == "workspace");
     CHECK(bad([&](rtattn::BackwardArgs& b) { b.workspace_bytes = need - 1; }) == "workspace_bytes");
+    CHECK(bad([](rtattn::BackwardArgs& b) { b.window_size_left = 16; }) == "window_size_left");  // not a local kernel
     CHECK_THROWS_AS(p.family->check_call(p, c, {0, 64, 64}), rtattn::ArgumentError);
 }

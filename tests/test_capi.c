@@ -491,6 +491,16 @@ static void test_decode(void) {
         a.seqlen_q = 16, a.seqlen_k = 16, a.page_size = 0, a.pages_per_seq = 0, a.num_splits = 0, a.num_pages = 0;
         a.q = a.o = rtattn_tensor_contiguous(fake, 16, 32, 128);
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "block_table");
+        /* A window: given without has_window it is refused, not dropped; has_window is 0 or 1; a kernel without
+         * local refuses any window but (-1, -1). */
+        a.block_table = NULL, a.block_table_stride = 0;
+        a.window_size_left = 128;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "window_size_left");
+        a.has_window = 2;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "has_window");
+        a.has_window = 1;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "window_size_left");
+        a.has_window = 0, a.window_size_left = -1;
         {
             rtattn_merge_args m;
             rtattn_merge_args_init(&m);

@@ -218,6 +218,24 @@ TEST_CASE("varlen: a boolean, the packed prefill (not with decode)", "[config]")
     CHECK(AttentionConfig::from_json(R"({"head_dim": 64, "varlen": true})").varlen);
 }
 
+TEST_CASE("local: a boolean, a sliding window for every pass", "[config][local]") {
+    AttentionConfig c;
+    c.local = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.describe().find("local") != std::string::npos);
+    c.varlen = c.causal = true;
+    CHECK_NOTHROW(c.validate());
+    c.varlen = false, c.paged_kv = true;  // a paged prefill (chunked prefill) with a window
+    CHECK_NOTHROW(c.validate());
+    c.decode = true;  // paged decode
+    CHECK_NOTHROW(c.validate());
+    CHECK(json_error(R"({"head_dim": 64, "local": 1})").first == "local");
+    const AttentionConfig j = AttentionConfig::from_json(R"({"head_dim": 64, "local": true})");
+    CHECK(j.local);
+    CHECK(AttentionConfig::from_json(j.to_json()) == j);
+    CHECK_FALSE(AttentionConfig::from_json(R"({"head_dim": 64})").local);
+}
+
 // Issue 21: bad input never corrupts memory, hangs or crashes.
 
 TEST_CASE("JSON nested deeper than 64 levels is refused before a value is built, naming json", "[config]") {

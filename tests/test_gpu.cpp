@@ -167,6 +167,32 @@ std::vector<Case> scale_cases() {
     return out;
 }
 
+// Sliding windows (config.local; the bounds are call arguments, so one kernel serves every window): 0 and 1 keys,
+// bounds that cut tiles anywhere, one side unbounded, bounds past the sequence, (-1, -1) (the plain mask); queries
+// fewer and more than keys (rows whose window misses every key: O = 0, LSE = +inf). sm_90a: d64/d128/d256 the
+// warp-specialized family, d100 shifted and d132 split rows; the 32-head d128 shapes walk persistent tiles.
+std::vector<Case> window_cases() {
+    const std::vector<std::pair<int, int>> full = {{0, 0}, {1, 3}, {50, -1}, {-1, 50}, {130, 77}, {1000, 1000},
+                                                   {-1, -1}};
+    const std::vector<std::pair<int, int>> causal_windows = {{0, 0}, {1, -1}, {100, 0}, {1000, -1}, {-1, -1}};
+    std::vector<Case> out;
+    int i = 0;
+    for (int d : {1, 64, 100, 128, 132, 256})
+        for (bool causal : kCausal)
+            for (auto [left, right] : causal ? causal_windows : full)
+                for (auto [sq, sk] : {std::pair{300, 500}, {500, 300}}) {
+                    if (sq > sk && left > 1) continue;  // more queries than keys: the narrow windows
+                    out.push_back({.d_qk = d, .d_v = d, .dtype = i % 3 ? Dtype::bf16 : Dtype::fp16, .causal = causal,
+                                   .heads_q = 4, .heads_kv = i++ % 2 ? 2 : 1, .seqlen_q = sq, .seqlen_k = sk,
+                                   .local = true, .window_left = left, .window_right = right});
+                }
+    for (bool causal : kCausal)
+        out.push_back({.d_qk = 128, .d_v = 128, .causal = causal, .heads_q = 32, .heads_kv = 8, .batch = 3,
+                       .seqlen_q = 1000, .seqlen_k = 1000, .dist = Dist::normal, .local = true, .window_left = 256,
+                       .window_right = causal ? 0 : 300});
+    return out;
+}
+
 std::vector<Case> graph_cases() {
     return {{.d_qk = 128, .d_v = 128, .dtype = Dtype::bf16, .causal = true, .heads_q = 8, .heads_kv = 2},
             {.d_qk = 132, .d_v = 132, .dtype = Dtype::fp16, .causal = false, .layout = Layout::padded}};
@@ -179,7 +205,7 @@ std::vector<Case> error_cases() {
 
 void warm_all_tables() {
     warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), shift_row_cases(), persistent_cases(),
-          scale_cases(), graph_cases(), error_cases()});
+          scale_cases(), window_cases(), graph_cases(), error_cases()});
 }
 
 }  // namespace
@@ -226,6 +252,13 @@ TEST_CASE("softmax_scale override is applied to O and LSE", "[gpu]") {
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     run_table("scale", scale_cases());
+}
+
+TEST_CASE("sliding windows: every forward family, window sizes 0, 1, unaligned, unbounded and past the sequence",
+          "[gpu][local]") {
+    SKIP_WITHOUT_GPU();
+    warm_all_tables();
+    run_table("windows", window_cases());
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "gpu_harness.hpp"
 #include "reference_backward.hpp"
@@ -53,15 +54,16 @@ double judge_grad(const std::vector<std::uint16_t>& got, std::size_t count, cons
     return test::rel_frobenius_floor(vals, ref, 1e-3);
 }
 
-// dQ rows of queries that see no key (causal, row + seqlen_k - seqlen_q < 0) must be exactly zero.
+// dQ rows of queries that see no key (causal, row + seqlen_k - seqlen_q < 0; a window's rows whose range misses
+// every key) must be exactly zero.
 std::size_t keyless_nonzero(const Case& c, const std::vector<std::uint16_t>& dq) {
-    if (!c.causal) return 0;
     std::size_t bad = 0;
     const std::size_t row = std::size_t(c.heads_q) * c.d_qk;
     for (int b = 0; b < c.batch; ++b)
-        for (int s = 0; s < c.seqlen_q && s + c.seqlen_k - c.seqlen_q < 0; ++s)
-            for (std::size_t i = 0; i < row; ++i)
-                bad += test::from_bits(dq[(std::size_t(b) * c.seqlen_q + s) * row + i], c.dtype) != 0.0;
+        for (int s = 0; s < c.seqlen_q; ++s)
+            if (test::visible_keys(s, c.seqlen_q, c.seqlen_k, c.causal, c.window_left, c.window_right).size() == 0)
+                for (std::size_t i = 0; i < row; ++i)
+                    bad += test::from_bits(dq[(std::size_t(b) * c.seqlen_q + s) * row + i], c.dtype) != 0.0;
     return bad;
 }
 
@@ -98,6 +100,7 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
     a.batch = c.batch, a.seqlen_q = c.seqlen_q, a.seqlen_k = c.seqlen_k;
     a.workspace = ws.get(), a.workspace_bytes = ws_bytes;
     a.deterministic = deterministic;
+    a.window_size_left = fa.window_size_left, a.window_size_right = fa.window_size_right;
     // A gradient into LSE (a loss that uses the returned LSE): random per row, float32.
     std::vector<float> dlse_host(with_dlse ? std::size_t(c.batch) * c.heads_q * c.seqlen_q : 0);
     for (std::size_t i = 0; i < dlse_host.size(); ++i) dlse_host[i] = u(rng);
@@ -281,6 +284,42 @@ TEST_CASE("backward: deterministic mode is bitwise reproducible", "[gpu][bwd]") 
         cases.push_back(c);
     }
     run_backward_table("backward deterministic", cases, /*deterministic=*/true);
+}
+
+TEST_CASE("backward: sliding windows, every family, and deterministic turns", "[gpu][bwd][local]") {
+    SKIP_WITHOUT_GPU();
+    // Key blocks seen from a range of query blocks (both ends cut), key blocks seen by no query (dK = dV = 0), rows
+    // whose window misses every key (dQ = 0). sm_90a: d64/d128 the warp-specialized kernel, d132 its shifted rows
+    // (pairs with GQA 2), d256 dQ by TMA reductions; sm_80 the mma.sync kernel.
+    const std::pair<int, int> full[] = {{0, 0}, {1, 3}, {130, 77}, {-1, 50}};
+    const std::pair<int, int> causal_windows[] = {{1, -1}, {100, 0}, {1000, -1}, {0, 0}};
+    std::vector<Case> cases;
+    int i = 0;
+    for (int d : {1, 64, 100, 128, 132, 192, 256})
+        for (bool causal : {false, true})
+            for (int w = 0; w < 4; ++w) {
+                Case c;
+                c.d_qk = c.d_v = d;
+                c.causal = causal;
+                c.dtype = i % 3 ? Dtype::bf16 : Dtype::fp16;
+                c.heads_q = 4, c.heads_kv = i++ % 2 ? 2 : 1;
+                c.seqlen_q = w == 3 ? 500 : 300, c.seqlen_k = w == 3 ? 300 : 500;
+                c.local = true;
+                std::tie(c.window_left, c.window_right) = causal ? causal_windows[w] : full[w];
+                cases.push_back(c);
+            }
+    run_backward_table("backward windows", cases);
+    std::vector<Case> turns;  // a query block's key blocks start past key block 0: the turns count from its last
+    for (int d : {64, 128, 256}) {
+        Case c;
+        c.d_qk = c.d_v = d;
+        c.causal = d != 128;
+        c.heads_q = 4, c.heads_kv = 2;
+        c.seqlen_q = 1000, c.seqlen_k = 700;
+        c.local = true, c.window_left = 200, c.window_right = c.causal ? 0 : 150;
+        turns.push_back(c);
+    }
+    run_backward_table("backward windows deterministic", turns, /*deterministic=*/true);
 }
 
 TEST_CASE("backward: a CUDA graph of forward + backward replays", "[gpu][bwd]") {

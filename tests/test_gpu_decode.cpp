@@ -36,6 +36,8 @@ struct DecodeCase {
     int extra_capacity = 5;          // seqlen_k = max(lens) + this (dense: the cache's rows; paged: table capacity)
     bool prefill = false;            // the prefill kernel against a paged cache (chunked prefill): any seqlen_q
     std::vector<int> q_lens;         // prefill: queries per sequence, packed (varlen); empty: seqlen_q each
+    bool local = false;              // config.local, and the call's window (-1: unbounded)
+    int window_left = -1, window_right = -1;
 
     int batch() const { return int(lens.size()); }
     int queries(int b) const { return q_lens.empty() ? seqlen_q : q_lens[b]; }
@@ -62,6 +64,7 @@ struct DecodeCase {
         c.decode = !prefill;
         c.paged_kv = page_size > 0;
         c.varlen = !q_lens.empty();
+        c.local = local;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -75,7 +78,8 @@ struct DecodeCase {
                            causal ? "causal" : "full", heads_q, heads_kv,
                            q_lens.empty() ? std::to_string(seqlen_q) : "[" + ql + "]", l,
                            page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
-                           num_splits);
+                           num_splits) +
+               (local ? fmt::format(" window({},{})", window_left, window_right) : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -193,6 +197,7 @@ Expected reference(const DecodeProblem& p) {
         r.dtype = c.dtype, r.batch = 1, r.seqlen_q = nq, r.seqlen_k = c.lens[b];
         r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
         r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
+        r.window_left = c.window_left, r.window_right = c.window_right;
         r.q = {p.q.data() + std::size_t(c.q_row0(b)) * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
                c.d_qk};
         r.k = {p.seqs[b].k.data(), 0, std::int64_t(c.heads_kv) * c.d_qk, c.d_qk};
@@ -263,6 +268,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         a.num_pages = p.num_pages;
     }
     a.num_splits = c.num_splits;
+    a.window_size_left = c.window_left, a.window_size_right = c.window_right;
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
     a.workspace = d.ws.get(), a.workspace_bytes = ws;
@@ -473,6 +479,39 @@ TEST_CASE("decode: head dims of 4 mod 8 whose rows alternate rotation key by key
             c.extra_capacity = sh.hkv % 2 ? 6 : 5;
             run_case(c);
         }
+}
+
+TEST_CASE("decode and paged prefill with sliding windows: shorter and longer than a page, splits",
+          "[gpu][decode][local]") {
+    SKIP_WITHOUT_GPU();
+    // Windows of 0, 1, unaligned, past the page and past the sequence; several query tokens (each its own window);
+    // the library's splits and fixed ones (splits cut the window's tiles, not the sequence's); rows alternating
+    // rotation by key parity (d132, one kv head); paged caches whose pages the window starts inside.
+    struct Shape {
+        int d, hq, hkv, sq, ps, splits, left, right;
+        bool causal;
+    };
+    for (const Shape& sh : {Shape{128, 8, 2, 1, 0, 0, 0, -1, true}, Shape{128, 8, 2, 1, 16, 0, 1, -1, true},
+                            Shape{128, 8, 2, 4, 16, 3, 100, 0, true}, Shape{64, 8, 1, 1, 64, 0, 128, -1, true},
+                            Shape{64, 8, 1, 7, 0, 5, 300, 2, false}, Shape{132, 16, 1, 1, 0, 0, 77, -1, true},
+                            Shape{132, 16, 1, 3, 16, 2, 33, 1, false}, Shape{256, 8, 2, 2, 1, 0, 5000, -1, true},
+                            Shape{100, 6, 3, 16, 32, 0, 40, 5, false}, Shape{128, 8, 2, 1, 256, 4, -1, -1, true}}) {
+        DecodeCase c;
+        c.d_qk = c.d_v = sh.d;
+        c.heads_q = sh.hq, c.heads_kv = sh.hkv, c.seqlen_q = sh.sq, c.causal = sh.causal;
+        c.page_size = sh.ps, c.num_splits = sh.splits;
+        c.local = true, c.window_left = sh.left, c.window_right = sh.right;
+        c.lens = {2000, 3, 129, 0, 700};
+        run_case(c);
+    }
+    for (bool causal : {true, false}) {  // the prefill kernel against a paged cache, packed query chunks
+        DecodeCase c;
+        c.prefill = true, c.causal = causal, c.page_size = 16;
+        c.q_lens = {40, 1, 0, 130};
+        c.lens = {700, 129, 50, 2000};
+        c.local = true, c.window_left = 90, c.window_right = causal ? 0 : 7;
+        run_case(c);
+    }
 }
 
 TEST_CASE("decode: long sequences split many ways", "[gpu][decode]") {

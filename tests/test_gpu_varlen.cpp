@@ -29,6 +29,8 @@ struct VarlenCase {
     int extra_max = 0;      // seqlen_q / seqlen_k passed this much above the longest sequence
     bool backward = true;
     bool deterministic = false;
+    bool local = false;                         // config.local, and the calls' window (-1: unbounded)
+    int window_left = -1, window_right = -1;
 
     int batch() const { return int(lens_q.size()); }
     int total(const std::vector<int>& l) const { return std::accumulate(l.begin(), l.end(), 0); }
@@ -42,6 +44,7 @@ struct VarlenCase {
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
         c.varlen = true;
+        c.local = local;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -51,10 +54,11 @@ struct VarlenCase {
             for (int x : l) s += fmt::format("{}{}", s.empty() ? "" : ",", x);
             return s;
         };
-        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}", d_qk,
+        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}", d_qk,
                            d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
                            causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
-                           extra_max, deterministic ? " deterministic" : "");
+                           extra_max, deterministic ? " deterministic" : "",
+                           local ? fmt::format(" window({},{})", window_left, window_right) : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -140,6 +144,7 @@ test::ReferenceProblem sequence(const VarlenCase& c, const Offsets& off, int b, 
     r.dtype = c.dtype, r.batch = 1, r.seqlen_q = c.lens_q[b], r.seqlen_k = c.lens_k[b];
     r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
     r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
+    r.window_left = c.window_left, r.window_right = c.window_right;
     r.q = q.view(off.q[b]), r.k = k.view(off.k[b]), r.v = v.view(off.k[b]);
     return r;
 }
@@ -167,6 +172,7 @@ void run_case(const VarlenCase& c) {
     a.cu_seqlens_q = static_cast<const std::int32_t*>(off.dq.get());
     a.cu_seqlens_k = static_cast<const std::int32_t*>(off.dk.get());
     a.total_q = tq, a.total_k = tk;
+    a.window_size_left = c.window_left, a.window_size_right = c.window_right;
     sync_legacy_stream();
     fwd.forward(a);
     sync_legacy_stream();
@@ -227,6 +233,7 @@ void run_case(const VarlenCase& c) {
     b.workspace = ws.get(), b.workspace_bytes = ws_bytes;
     b.deterministic = c.deterministic;
     b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = tq, b.total_k = tk;
+    b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
     auto run = [&] {
         for (Packed* g : {&dq, &dk, &dv}) g->poison();
         ws.fill_u32(0x7fc00000u);
@@ -295,6 +302,29 @@ TEST_CASE("varlen: head dims, ragged batches with empty and one-token sequences"
         c.lens_q = c.lens_k = ragged(rng, 4, 1, 400);
         run_case(c);
     }
+}
+
+TEST_CASE("varlen: sliding windows per sequence, forward and backward", "[gpu][varlen][local]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(23);
+    // Each sequence's window is aligned bottom-right in it: empty and one-token sequences, queries fewer than keys,
+    // windows of 0 keys and wider than every sequence; sm_90a: d64/d128 warp-specialized (TMA over the packed rows),
+    // d132 its shifted rows, d256 dQ by TMA reductions.
+    int i = 0;
+    for (int d : {64, 128, 132, 256})
+        for (auto [left, right] : {std::pair{0, 0}, {37, -1}, {-1, 21}, {500, 500}}) {
+            VarlenCase c;
+            c.d_qk = c.d_v = d;
+            c.causal = right == -1 && i % 2 == 0;
+            c.dtype = i++ % 3 ? Dtype::bf16 : Dtype::fp16;
+            c.local = true, c.window_left = left, c.window_right = right;
+            c.lens_q = ragged(rng, 4, 1, 300);
+            c.lens_q.insert(c.lens_q.begin() + 1, 0);
+            c.lens_q.push_back(1);
+            c.lens_k = c.lens_q;
+            for (std::size_t s = 0; s < c.lens_k.size(); s += 2) c.lens_k[s] += 40;  // more keys than queries
+            run_case(c);
+        }
 }
 
 TEST_CASE("varlen: queries shorter and longer than keys (bottom-right causal), GQA, MQA", "[gpu][varlen]") {

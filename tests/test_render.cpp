@@ -6,6 +6,7 @@
 
 #include "api/resolver.hpp"
 #include "catch.hpp"
+#include "kernels/backward.hpp"
 #include "kernels/forward.hpp"
 #include "render/render.hpp"
 #include "core/errors.hpp"
@@ -42,6 +43,28 @@ TEST_CASE("the stub carries the plan as traits", "[render]") {
     CHECK(r.full_text().find("flash_fwd") != std::string::npos);
     // No host headers: NVRTC has no libstdc++.
     for (const auto& h : *r.headers) CHECK(h.text.find("#include <") == std::string::npos);
+}
+
+TEST_CASE("the mask is stated once: traits, program name and plan words of every pass", "[render][local]") {
+    for (bool causal : {false, true})
+        for (bool local : {false, true}) {
+            CAPTURE(causal, local);
+            AttentionConfig c;
+            c.head_dim_qk = 128, c.causal = causal, c.local = local, c.arch = "sm_90a";
+            const std::string suffix = std::string(causal ? "_causal" : "") + (local ? "_local" : "");
+            const auto fwd = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+            const auto bwd = rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
+            for (const auto* r : {&fwd, &bwd}) {
+                CHECK(r->stub.find(std::string("kCausal = ") + (causal ? "true;" : "false;")) != std::string::npos);
+                CHECK(r->stub.find(std::string("kLocal = ") + (local ? "true;" : "false;")) != std::string::npos);
+                CHECK(r->name.find(suffix + "_sm_90a") != std::string::npos);
+                CHECK(r->stub.find(std::string("\"local\":") + (local ? "true" : "false")) != std::string::npos);
+            }
+            c.decode = true, c.paged_kv = true;  // decode's own stub and name
+            const auto dec = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+            CHECK(dec.stub.find(std::string("kLocal = ") + (local ? "true;" : "false;")) != std::string::npos);
+            CHECK(dec.name.find(suffix + "_paged_sm_90a") != std::string::npos);
+        }
 }
 
 namespace {

@@ -25,6 +25,7 @@
     X(arch, STRING)                 \
     X(decode, FLAG)                 \
     X(paged_kv, FLAG)               \
-    X(varlen, FLAG)
+    X(varlen, FLAG)                 \
+    X(local, FLAG)
 
 #endif

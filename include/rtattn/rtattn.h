@@ -88,6 +88,10 @@ typedef struct rtattn_config {
     int32_t decode;            /* 0 or 1: 1..16 query tokens per sequence against a KV cache (split-KV decode) */
     int32_t paged_kv;          /* 0 or 1: K and V in a paged cache through a block table (decode or prefill) */
     int32_t varlen;            /* 0 or 1: packed sequences of different lengths (cu_seqlens_q/k), forward and backward */
+    int32_t local;             /* 0 or 1: a sliding window (FlashAttention's local attention), its bounds given per call
+                                * (window_size_left/right of the forward and backward args); with causal, the right
+                                * bound is 0. Every pass: prefill, varlen, paged prefill, decode (dense or paged), and
+                                * the backward */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -213,6 +217,13 @@ typedef struct rtattn_forward_args {
      * too) reads the last page: wrong rows, never memory outside the cache. (Added after the first version: a caller
      * whose struct_size ends before it gets 0, and a paged call is refused.) */
     int32_t num_pages;
+    /* has_window 1: the call's sliding window, FlashAttention's window_size: key j is seen by query i iff
+     * i + seqlen_k - seqlen_q - window_size_left <= j <= i + seqlen_k - seqlen_q + window_size_right (per sequence),
+     * -1 leaving that side unbounded; a causal kernel takes a right bound of 0 or -1; a kernel of a config without
+     * local refuses any window but (-1, -1). has_window 0 (a zeroed struct, or one whose struct_size ends before
+     * these fields): no window, and both fields must be 0 or -1 (rtattn_forward_args_init sets -1). */
+    int32_t has_window;
+    int32_t window_size_left, window_size_right;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);
@@ -284,6 +295,9 @@ typedef struct rtattn_backward_args {
     const int32_t* cu_seqlens_q;
     const int32_t* cu_seqlens_k;
     int32_t total_q, total_k;
+    /* The forward's window, as rtattn_forward_args's. */
+    int32_t has_window;
+    int32_t window_size_left, window_size_right;
 } rtattn_backward_args;
 
 RTATTN_API void rtattn_backward_args_init(rtattn_backward_args* args);

@@ -103,6 +103,11 @@ struct ForwardArgs {
     const std::int32_t* cu_seqlens_k = nullptr;  // device [batch + 1] int32
     int total_q = 0, total_k = 0;                // rows of the packed q/o and k/v
 
+    // Local configs (config.local) only: key j is seen by query i iff i + seqlen_k - seqlen_q - window_size_left
+    // <= j <= i + seqlen_k - seqlen_q + window_size_right (per sequence; FlashAttention's window_size); -1: that side
+    // unbounded. Causal kernels take a right bound of 0 (or -1, read as 0). Any other kernel: both -1.
+    int window_size_left = -1, window_size_right = -1;
+
     // A packed [total, heads, dim] tensor with contiguous rows, for varlen configs.
     static TensorArg packed(const void* ptr, int heads, int dim) {
         return TensorArg{ptr, 0, std::int64_t(heads) * dim, dim};
@@ -149,6 +154,7 @@ struct BackwardArgs {
     const std::int32_t* cu_seqlens_q = nullptr;
     const std::int32_t* cu_seqlens_k = nullptr;
     int total_q = 0, total_k = 0;
+    int window_size_left = -1, window_size_right = -1;  // local configs: the forward's window (ForwardArgs)
 };
 
 // What the planner chose, for `rtattn info` and logging.

@@ -15,7 +15,7 @@ import torch
 
 from . import _api, _lib
 from ._api import ArgumentError
-from ._convert import boolean, fill, number
+from ._convert import INT32_MAX, boolean, fill, integer, number
 
 # torch.library.custom_op, and register_fake and register_autograd on what it returns, arrived in torch 2.4. An older
 # torch gets this module's ImportError from the first torch op called; rtattn itself, and all it does without torch,
@@ -81,10 +81,37 @@ def _check_scale(causal, softmax_scale) -> None:
         raise ArgumentError(f"softmax_scale: {softmax_scale!r} is not a finite number > 0", "softmax_scale")
 
 
+def _window(window_size, causal) -> Tuple[int, int]:
+    """FlashAttention's window_size = (left, right), -1 for an unbounded side, as two ints (the ops' schemas take
+    them apart). Causal: the right bound is 0 (give 0 or -1)."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ArgumentError(f"window_size: expected (left, right) with each -1 (unbounded) or more, got "
+                            f"{window_size!r}", "window_size")
+    left, right = (integer("window_size", x, ArgumentError, -1, INT32_MAX, " (-1: unbounded)") for x in window_size)
+    if causal and right > 0:
+        raise ArgumentError(f"window_size: right bound {right} with causal=True, which sees no key right of the "
+                            "diagonal; give 0 or -1", "window_size")
+    return left, right
+
+
+def _local(causal, window_left, window_right) -> Tuple[str, ...]:
+    """The config flag a window needs: none for (-1, -1), nor for causal's own (-1, 0 or -1)."""
+    if window_left == -1 and (window_right == -1 or causal):
+        return ()
+    return ("local",)
+
+
+def _window_args(causal, window_left, window_right) -> dict:
+    """The argument fields of a window (a local kernel's), none otherwise (has_window 0: the struct's zeros)."""
+    if not _local(causal, window_left, window_right):
+        return {}
+    return dict(has_window=1, window_size_left=window_left, window_size_right=window_right)
+
+
 def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
             scale: Optional[float], flags: Tuple[str, ...] = ()):
     """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime.
-    flags: the config's serving fields set to True ("varlen", "decode", "paged_kv")."""
+    flags: the config's fields set to True besides causal ("varlen", "decode", "paged_kv", "local")."""
     runtime = _api._default or _api.default_runtime()
     kernels = runtime.__dict__.setdefault("_torch_kernels", {})
     key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale, flags)
@@ -124,7 +151,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
     (lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
-def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
+def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1)):
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -137,39 +164,40 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
         if return_lse:
             lse.fill_(math.inf)
         return o, lse
-    kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
+    kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale, _local(causal, *window))
     # Sizes through fill(): a stride-0 expand makes a dim of 2**32 + 64 cost no memory, and ctypes would pass it as 64.
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
                                  lse.data_ptr() if return_lse else None),
-                ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk)
+                ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk, **_window_args(causal, *window))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
 
-def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder):
+def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1)):
     _check(q, k, v, causal, softmax_scale)
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
-            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder)
-    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder)
+            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window)
+    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window)
 
 
 
 @torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-                  deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                  deterministic: bool, window_left: int = -1, window_right: int = -1
+                  ) -> Tuple[torch.Tensor, torch.Tensor]:
     # The op always returns LSE: its backward needs it. `deterministic` is the backward's, kept for it.
-    return _forward(q, k, v, causal, softmax_scale, True, None)
+    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right))
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, softmax_scale, deterministic):
+def _attention_fake(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
     _check(q, k, v, causal, softmax_scale)
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
-def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic):
+def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window=(-1, -1)):
     """Allocates dQ, dK, dV and the workspace (torch's caching allocator) and launches on the current stream."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -178,12 +206,13 @@ def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, determinis
     dvv = torch.empty((b, sk, hkv, dv), dtype=q.dtype, device=q.device)
     if b == 0 or sq == 0 or sk == 0:  # no query or no key: every gradient is zero
         return dq.zero_(), dk.zero_(), dvv.zero_()
-    kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale)
+    kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale, _local(causal, *window))
     workspace = torch.empty(kernel.workspace_bytes(b, sq, sk), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
                                   lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq),
                                   _tensor(dk), _tensor(dvv)), ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk,
-                workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), deterministic=int(deterministic))
+                workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), deterministic=int(deterministic),
+                **_window_args(causal, *window))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv
 
@@ -198,39 +227,42 @@ def _unit_last(name, t):
 @torch.library.custom_op("rtattn::attention_backward", mutates_args=(), device_types="cuda")
 def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                            lse: torch.Tensor, dlse: Optional[torch.Tensor], causal: bool,
-                           softmax_scale: Optional[float], deterministic: bool
-                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
+                           window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dout, dlse = _unit_last("dout", dout), _unit_last("dlse", dlse)
     if dlse is not None and dlse.dtype != torch.float32:
         dlse = dlse.float()
+    window = (window_left, window_right)
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):
-            return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic)
-    return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic)
+            return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window)
+    return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window)
 
 
 @_attention_backward_op.register_fake
-def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic):
+def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window_left=-1,
+                             window_right=-1):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic = inputs
+    q, k, v, causal, softmax_scale, deterministic, window_left, window_right = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
+    ctx.window = (window_left, window_right)
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
     if grad_o is None and grad_lse is None:
-        return None, None, None, None, None, None
+        return (None,) * 8
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     dq, dk, dv = torch.ops.rtattn.attention_backward(grad_o, q, k, v, o, lse, grad_lse, ctx.causal,
-                                                     ctx.softmax_scale, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+                                                     ctx.softmax_scale, ctx.deterministic, *ctx.window)
+    return (dq, dk, dv) + (None,) * 5
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -278,7 +310,8 @@ def _no_lse(q):
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False):
+              softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
+              window_size: Tuple[int, int] = (-1, -1)):
     """Scaled dot-product attention on CUDA tensors in FlashAttention's layout, differentiable.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim]; v: [batch, seqlen_k,
@@ -287,16 +320,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     Runs on the tensors' device and its current stream; the output is a new [batch, seqlen_q, heads_q, head_dim_v]
     tensor. With return_lse, also the float32 [batch, heads_q, seqlen_q] natural-log sum-exp of the scaled scores
     (gradients may flow through it too). Gradients for q, k and v come from librtattn's backward kernels (dK and dV
-    per KV head); deterministic=True makes them bitwise reproducible run to run, at some cost."""
+    per KV head); deterministic=True makes them bitwise reproducible run to run, at some cost.
+    window_size = (left, right): a sliding window (FlashAttention's local attention): query i sees keys
+    i + seqlen_k - seqlen_q - left .. i + seqlen_k - seqlen_q + right, -1 leaving a side unbounded; with causal the
+    right bound is 0. One kernel per config serves every window (the bounds are launch arguments)."""
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
+    boolean("causal", causal, ArgumentError)
+    window = _window(window_size, causal)
     if _plain_eager(q, k, v):
         # The same implementation without the dispatcher's round trip through the custom op (about half the
         # per-call host cost; docs/PERFORMANCE.md).
-        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse)
+        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         if not torch.compiler.is_compiling():
             _refuse_what_the_op_would_drop(q, k, v)
-        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic)
+        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window)
     return (o, lse) if return_lse else o

@@ -23,12 +23,12 @@ def packed_batch(lens_q, lens_k, hq, hkv, d, dtype, seed):
     return q, k, v, cu(lens_q), cu(lens_k)
 
 
-def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale):
+def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1)):
     """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence."""
     os, lses, i, j = [], [], 0, 0
     for lq, lk in zip(lens_q, lens_k):
         if lq and lk:
-            o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale)
+            o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale, window)
             os.append(o[0]), lses.append(lse[0])
         elif lq:
             os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=torch.float64, device="cuda"))
@@ -37,17 +37,22 @@ def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale):
     return torch.cat(os), torch.cat(lses, 1)
 
 
-@pytest.mark.parametrize("d, causal, dtype", [(128, True, torch.bfloat16), (64, False, torch.float16),
-                                              (132, True, torch.bfloat16), (80, True, torch.float16)])
-def test_varlen_forward_and_gradients(d, causal, dtype):
+@pytest.mark.parametrize("d, causal, dtype, window", [(128, True, torch.bfloat16, (-1, -1)),
+                                                      (64, False, torch.float16, (-1, -1)),
+                                                      (132, True, torch.bfloat16, (-1, -1)),
+                                                      (80, True, torch.float16, (-1, -1)),
+                                                      (128, True, torch.bfloat16, (50, -1)),
+                                                      (132, False, torch.float16, (20, 3))])
+def test_varlen_forward_and_gradients(d, causal, dtype, window):
     lens_q, lens_k = [37, 0, 300, 1, 129], [37, 5, 300, 64, 129]
     q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, d, dtype, seed=d)
     scale = 1 / math.sqrt(d)
     poison_allocator(1 << 24)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    o, lse = rtattn.attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True)
+    o, lse = rtattn.attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True,
+                                     window_size=window)
     ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref_o, ref_lse = per_sequence_reference(*ref_leaves, lens_q, lens_k, causal, scale)
+    ref_o, ref_lse = per_sequence_reference(*ref_leaves, lens_q, lens_k, causal, scale, window)
     assert rel_err(o, ref_o) < TOL[dtype]
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isinf(lse), ~finite)
@@ -101,17 +106,22 @@ def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
     return q, kc, vc, seqlens, table, ks, vs
 
 
-@pytest.mark.parametrize("page_size, causal, sq", [(0, False, 1), (16, False, 1), (1, False, 1), (16, True, 4),
-                                                   (64, True, 2), (16, True, 100), (1, False, 40)])
-def test_decode_from_a_kv_cache(page_size, causal, sq):
+@pytest.mark.parametrize("page_size, causal, sq, window", [(0, False, 1, (-1, -1)), (16, False, 1, (-1, -1)),
+                                                           (1, False, 1, (-1, -1)), (16, True, 4, (-1, -1)),
+                                                           (64, True, 2, (-1, -1)), (16, True, 100, (-1, -1)),
+                                                           (1, False, 40, (-1, -1)), (16, True, 1, (128, -1)),
+                                                           (0, False, 3, (40, 1)), (16, True, 100, (70, 0))])
+def test_decode_from_a_kv_cache(page_size, causal, sq, window):
     lens = [1000, 5, 333, 2048, 77]
     q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, page_size, 32, 8, 128, torch.bfloat16, sq, seed=page_size)
     with torch.no_grad():
-        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True)
+        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True,
+                                               window_size=window)
         # A fixed split count (decode), or the chunked prefill's 0.
-        o3 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=3 if sq <= 16 else 0)
+        o3 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=3 if sq <= 16 else 0,
+                                           window_size=window)
     for i, n in enumerate(lens):
-        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128))
+        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128), window)
         assert rel_err(o[i:i + 1], ref_o) < TOL[torch.bfloat16]
         assert rel_err(o3[i:i + 1], ref_o) < TOL[torch.bfloat16]
         finite = torch.isfinite(ref_lse)  # a chunk longer than its keys: early rows see none (LSE +inf)

@@ -17,19 +17,35 @@ pytestmark = pytest.mark.gpu
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative Frobenius error against float64
 
 
-def sdpa_reference(q, k, v, causal, scale):
-    """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right; rows that see no key give O = 0
-    and LSE = +inf (the library's convention, as FlashAttention's)."""
+def window_mask(sq, sk, causal, window, device):
+    """Which keys each query sees, FlashAttention's rule aligned bottom-right: causal, and a window (left, right), -1
+    leaving a side unbounded (causal: right 0); None when every key is seen."""
+    left, right = window
+    if causal:
+        right = 0
+    if left < 0 and right < 0:
+        return None
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if right >= 0:
+        mask &= j <= i + right
+    if left >= 0:
+        mask &= j >= i - left
+    return mask
+
+
+def sdpa_reference(q, k, v, causal, scale, window=(-1, -1)):
+    """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right, a sliding window as
+    window_mask's; rows that see no key give O = 0 and LSE = +inf (the library's convention, as FlashAttention's)."""
     b, sq, hq, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
     kd, vd = kd.repeat_interleave(hq // hkv, 1), vd.repeat_interleave(hq // hkv, 1)
-    mask = None
-    if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        mask = j <= i + (sk - sq)
-    o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, scale=scale)
+    mask = window_mask(sq, sk, causal, window, q.device)
+    # Rows without keys would be NaN in SDPA: they see key 0 there, and are replaced below.
+    o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=None if mask is None else mask | ~mask.any(-1, True),
+                                       scale=scale)
     s = (qd @ kd.transpose(-1, -2)) * scale
     if mask is not None:
         s = s.masked_fill(~mask, -math.inf)
@@ -58,13 +74,13 @@ def make(b, sq, sk, hq, hkv, d, dv, dtype, seed):
     return q, k, v
 
 
-def check(q, k, v, causal=False, scale=None, dtype=None):
+def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1)):
     dtype = dtype or q.dtype
     eff = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     poison_allocator(q.shape[0] * q.shape[1] * q.shape[2] * v.shape[3] * 2 + q.shape[0] * q.shape[2] * q.shape[1] * 4)
-    o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+    o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True, window_size=window)
     torch.cuda.synchronize()
-    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff)
+    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window)
     assert o.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3]) and o.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an element was not written (NaN poison)"
@@ -249,10 +265,10 @@ def test_what_is_recorded_or_transformed_is_never_silently_dropped():
         torch.func.vmap(lambda x: rtattn.attention(x, k, v))(q[None])
 
 
-def sdpa_grads(q, k, v, do, causal, scale, dlse=None):
+def sdpa_grads(q, k, v, do, causal, scale, dlse=None, window=(-1, -1)):
     """dQ, dK, dV of float64 SDPA (the reference above) by torch.autograd."""
     qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
-    o, lse = sdpa_reference(qd, kd, vd, causal, scale)
+    o, lse = sdpa_reference(qd, kd, vd, causal, scale, window)
     loss = (o * do.double()).sum()
     if dlse is not None:
         finite = torch.isfinite(lse)
@@ -260,20 +276,22 @@ def sdpa_grads(q, k, v, do, causal, scale, dlse=None):
     return torch.autograd.grad(loss, (qd, kd, vd))
 
 
-def check_grads(b, sq, sk, hq, hkv, d, dv, dtype, causal, seed, deterministic=False, with_dlse=False):
+def check_grads(b, sq, sk, hq, hkv, d, dv, dtype, causal, seed, deterministic=False, with_dlse=False,
+                window=(-1, -1)):
     q, k, v = (t.requires_grad_() for t in make(b, sq, sk, hq, hkv, d, dv, dtype, seed))
     g = torch.Generator(device="cuda").manual_seed(seed + 1)  # the same dO for the same seed: runs compare bitwise
     do = torch.randn(b, sq, hq, dv, device="cuda", dtype=dtype, generator=g)
     dlse = torch.randn(b, hq, sq, device="cuda", generator=g) if with_dlse else None
     poison_allocator(4 * (q.numel() + k.numel() + v.numel()) + 8 * b * hq * sq * (d + 16))
-    o, lse = rtattn.attention(q, k, v, causal=causal, return_lse=True, deterministic=deterministic)
+    o, lse = rtattn.attention(q, k, v, causal=causal, return_lse=True, deterministic=deterministic,
+                              window_size=window)
     outs, grads_in = [o], [do]
     if with_dlse:
         outs.append(lse)
         grads_in.append(dlse)
     dq, dk, dv_ = torch.autograd.grad(outs, (q, k, v), grads_in)
     torch.cuda.synchronize()
-    ref = sdpa_grads(q, k, v, do, causal, 1 / math.sqrt(d), dlse)
+    ref = sdpa_grads(q, k, v, do, causal, 1 / math.sqrt(d), dlse, window)
     tol = {torch.bfloat16: 1e-2, torch.float16: 3e-3}[dtype]
     for name, got, want in (("dq", dq, ref[0]), ("dk", dk, ref[1]), ("dv", dv_, ref[2])):
         assert got.shape == want.shape and got.dtype == dtype, name
@@ -293,6 +311,21 @@ def check_grads(b, sq, sk, hq, hkv, d, dv, dtype, causal, seed, deterministic=Fa
 ])
 def test_gradients_match_float64_sdpa(d, dv, dtype, causal, heads, sq, sk):
     check_grads(2, sq, sk, heads[0], heads[1], d, dv, dtype, causal, seed=d + sq)
+
+
+@pytest.mark.parametrize("d", [64, 128, 132])
+@pytest.mark.parametrize("causal, window", [(False, (0, 0)), (False, (100, 37)), (False, (-1, 20)), (True, (16, -1)),
+                                            (True, (1000, 0)), (True, (-1, -1))])
+def test_sliding_window_matches_sdpa(d, causal, window):
+    # 300 queries on 500 keys (the window bottom-right) and 500 on 300 (rows whose window misses every key).
+    check(*make(2, 300, 500, 8, 2, d, d, torch.bfloat16, seed=d + window[0]), causal=causal, window=window)
+    check(*make(1, 500, 300, 4, 1, d, d, torch.float16, seed=d + 7), causal=causal, window=window)
+
+
+@pytest.mark.parametrize("d, causal, window", [(64, True, (37, -1)), (128, False, (50, 20)), (132, True, (0, 0)),
+                                               (256, False, (-1, 9))])
+def test_sliding_window_gradients(d, causal, window):
+    check_grads(2, 300, 200, 4, 2, d, d, torch.bfloat16, causal, seed=d, window=window)
 
 
 def test_gradient_through_the_returned_lse():
@@ -365,6 +398,9 @@ def test_argument_errors_name_the_argument():
     bad(lambda: rtattn.attention(q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v), "q", "contiguous")
     bad(lambda: rtattn.attention(q, k, v, causal=1), "causal", "True or False")
     bad(lambda: rtattn.attention(q, k, v, softmax_scale=-1.0), "softmax_scale", "> 0")
+    bad(lambda: rtattn.attention(q, k, v, window_size=(-2, 0)), "window_size", "out of range")
+    bad(lambda: rtattn.attention(q, k, v, window_size=4), "window_size", "left, right")
+    bad(lambda: rtattn.attention(q, k, v, causal=True, window_size=(8, 3)), "window_size", "causal")
     # What only the library can see (alignment for this kernel's vector width) comes back named too.
     base = torch.zeros(2, 64, 4, 136, device="cuda", dtype=torch.bfloat16)
     bad(lambda: rtattn.attention(base[..., 2:134], k, v), "q.ptr", "aligned")

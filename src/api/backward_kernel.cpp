@@ -37,6 +37,7 @@ void BackwardKernel::backward(const BackwardArgs& a, void* stream) const {
     call.deterministic = a.deterministic;
     call.cu_seqlens_q = a.cu_seqlens_q, call.cu_seqlens_k = a.cu_seqlens_k;
     call.total_q = a.total_q, call.total_k = a.total_k;
+    call.window_size_left = a.window_size_left, call.window_size_right = a.window_size_right;
     k.plan.family->launch({k.plan, k.config, call, *k.module, stream});
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "api/runtime_internal.hpp"
 #include "capi/boundary.hpp"
@@ -150,9 +151,29 @@ const core::BackwardKernel& backward_of(const rtattn_backward_kernel* k) {
     return k->kernel;
 }
 
+// The C struct's window (has_window, window_size_left/right) into the library's args (-1, -1: none). Without
+// has_window the fields must be what a zeroed or initialized struct holds: a window set without it is refused, not
+// dropped.
+template <class C, class Args>
+void window_of(const C& a, Args& out) {
+    if (a.has_window != 0 && a.has_window != 1)
+        throw core::ArgumentError("has_window", std::to_string(a.has_window) + " is not 0 or 1");
+    if (a.has_window) {
+        out.window_size_left = a.window_size_left, out.window_size_right = a.window_size_right;
+        return;
+    }
+    for (const auto& [field, v] : {std::pair{"window_size_left", a.window_size_left},
+                                   std::pair{"window_size_right", a.window_size_right}})
+        if (v != 0 && v != -1)
+            throw core::ArgumentError(field, std::to_string(v) + " given with has_window 0; set has_window to 1 "
+                                             "for a window");
+    out.window_size_left = out.window_size_right = -1;
+}
+
 void backward_args_defaults(rtattn_backward_args* a) {
     std::memset(a, 0, sizeof *a);
     a->struct_size = sizeof *a;
+    a->window_size_left = a->window_size_right = -1;
 }
 
 void write_text(const std::string& text, char* buf, std::size_t size, std::size_t* needed) {
@@ -364,6 +385,7 @@ void rtattn_forward_args_init(rtattn_forward_args* args) {
     if (!args) return;
     std::memset(args, 0, sizeof *args);
     args->struct_size = sizeof *args;
+    args->window_size_left = args->window_size_right = -1;
 }
 
 rtattn_tensor rtattn_tensor_contiguous(const void* ptr, int32_t seqlen, int32_t heads, int32_t dim) {
@@ -393,6 +415,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.workspace = a.workspace, f.workspace_bytes = a.workspace_bytes;
         f.cu_seqlens_q = a.cu_seqlens_q, f.cu_seqlens_k = a.cu_seqlens_k, f.total_q = a.total_q, f.total_k = a.total_k;
         f.num_pages = a.num_pages;
+        window_of(a, f);
         k.forward(f, stream);
     });
 }
@@ -505,6 +528,7 @@ rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const
         b.workspace = a.workspace, b.workspace_bytes = a.workspace_bytes;
         b.deterministic = a.deterministic != 0;
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
+        window_of(a, b);
         k.backward(b, stream);
     });
 }

@@ -32,6 +32,9 @@ struct AttentionConfig {
     bool decode = false;
     bool paged_kv = false;
     bool varlen = false;
+    // local: a sliding window (FlashAttention's local attention); its bounds are the call's window_size_left/right
+    // (run-time values: one kernel serves every window). With causal the right bound is 0.
+    bool local = false;
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const;  // the effective softmax scale

@@ -130,7 +130,34 @@ Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seq
     return {1, s.total_q, s.total_k};
 }
 
+void check_window(const AttentionConfig& c, int left, int right) {
+    if (!c.local) {
+        for (const auto& [field, v] : {std::pair{"window_size_left", left}, std::pair{"window_size_right", right}})
+            if (v != -1)
+                throw ArgumentError(field, fmt::format("{} given, but the kernel has no window (config.local = 0): "
+                                                       "pass -1, or build the kernel with local = 1",
+                                                       v));
+        return;
+    }
+    for (const auto& [field, v] : {std::pair{"window_size_left", left}, std::pair{"window_size_right", right}})
+        if (v < -1)
+            throw ArgumentError(field, fmt::format("{} is not allowed; -1 (unbounded) or 0 or more", v));
+    if (c.causal && right > 0)
+        throw ArgumentError("window_size_right", fmt::format("{} is not allowed for a causal kernel, which sees no key "
+                                                             "right of the diagonal; 0 or -1",
+                                                             right));
+}
+
+Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q, int seqlen_k) {
+    if (!c.local) return {0, 0};
+    Window w;
+    w.left = left < 0 || left > seqlen_k ? seqlen_k : left;
+    w.right = c.causal ? 0 : right < 0 || right > seqlen_q ? seqlen_q : right;
+    return w;
+}
+
 Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
+    check_window(c, a.window_size_left, a.window_size_right);
     const Packing packing{a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k};
     const Rows rows = p.paged_kv ? check_packing(c.varlen, true, packing, a.batch, a.seqlen_q, a.seqlen_k,
                                                  {{"q", &a.q}, {"o", &a.o}})

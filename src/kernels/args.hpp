@@ -54,6 +54,16 @@ Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, 
 void check_prefill_kv(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a, const Rows& rows);
 // The KV cache of a decode or paged call: dense, or paged through a block table that covers seqlen_k.
 void check_cache(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a);
+// A call's window bounds (window_size_left / right: -1 unbounded, else 0 or more; FlashAttention's convention): only
+// a local kernel takes any but (-1, -1), and a causal one no right bound past 0.
+void check_window(const AttentionConfig& c, int left, int right);
+// The bounds as the kernels hold them (common/mask.cuh): an unbounded side, or one past every key it could bound,
+// becomes the longest sequence's size (seqlen_k on the left, seqlen_q on the right), which bounds nothing; causal: a
+// right bound of 0.
+struct Window {
+    int left, right;
+};
+Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q, int seqlen_k);
 // A device workspace of `need` bytes (none needed: nothing checked); `why` says what the call runs, for the message.
 void check_workspace(const void* workspace, std::size_t bytes, std::size_t need, const char* why);
 

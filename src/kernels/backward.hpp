@@ -29,6 +29,7 @@ struct BackwardCall {
     const std::int32_t* cu_seqlens_q = nullptr;  // varlen: as BackwardArgs
     const std::int32_t* cu_seqlens_k = nullptr;
     int total_q = 0, total_k = 0;
+    int window_size_left = -1, window_size_right = -1;  // local: as BackwardArgs
 };
 
 struct BackwardLaunch {

@@ -44,7 +44,7 @@ public:
     render::StubSpec stub(const plan::KernelPlan& p) const override {
         render::StubSpec s = forward_stub(p, "dec/mma.cuh", "DecShape", "const rtattn::DecParams params", "flash_decode");
         s.program = fmt::format("rtattn_dec_d{}x{}_{}{}{}_{}.cu", p.head_dim_qk, p.head_dim_v, p.bf16 ? "bf16" : "fp16",
-                                p.causal ? "_causal" : "", p.paged_kv ? "_paged" : "", p.arch);
+                                p.mask.suffix(), p.paged_kv ? "_paged" : "", p.arch);
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back(render::bool_trait("kAlternate", alternates(p)));
         // The third entry, after the main and merge ones.
@@ -129,6 +129,7 @@ public:
         prm.scale = f.scale, prm.scale_log2 = f.scale_log2;
         prm.rotate_k = row_rotation(a.k, a.page_size, alternates(l.plan));
         prm.rotate_v = row_rotation(a.v, a.page_size, alternates(l.plan));
+        prm.window_left = f.window_left, prm.window_right = f.window_right;
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);

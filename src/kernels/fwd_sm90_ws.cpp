@@ -251,14 +251,14 @@ public:
         // where the kernel loads with cp.async (the producer threads hold no walk), for packed sequences of different
         // lengths (the hardware balances them; they walk only where the grid's x cannot hold a CTA per tile), or
         // where that is asked for.
-        const std::int64_t per_head = l.plan.causal ? (prm.m_blocks + 1) / 2 : prm.m_blocks;
+        const std::int64_t per_head = l.plan.mask.causal ? (prm.m_blocks + 1) / 2 : prm.m_blocks;
         const std::int64_t units = per_head * l.config.num_heads_q * l.args.batch;
         const std::int64_t tiles = std::int64_t(prm.m_blocks) * l.config.num_heads_q * l.args.batch;
         constexpr std::int64_t kMaxGrid = 0x7fffffff;
         // O staged over Q, the next Q loads after the store: non-causal d132 at S=4096 (32 query blocks) walked at
         // 0.93x a CTA per tile, at S<=2048 1.04-1.29x (H100); d256 within 1-4% either way there. Causal walks gained
         // 1.04-1.18x at d132 up to S=4096.
-        const bool walk_pays = l.plan.o_apart || l.plan.causal || prm.m_blocks <= 16;
+        const bool walk_pays = l.plan.o_apart || l.plan.mask.causal || prm.m_blocks <= 16;
         prm.walk = prm.use_tma != 0 &&
                    (tiles > kMaxGrid || (!l.plan.varlen && walk_pays && !persistence_disabled()));
         if (!prm.walk && tiles > kMaxGrid)

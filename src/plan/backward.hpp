@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "plan/mask.hpp"
 #include "rtattn/types.hpp"
 
 namespace rtattn::kernels {
@@ -24,7 +25,8 @@ struct BackwardPlan {
     const kernels::BackwardFamily* family = nullptr;
     int head_dim_qk = 0, head_dim_v = 0;
     int pad_qk = 0, pad_v = 0;  // both rounded up to 16: each is the k of an MMA here (QK^T, dO V^T)
-    bool bf16 = true, causal = false;
+    bool bf16 = true;
+    MaskSpec mask;  // which keys each query sees
     bool varlen = false;  // packed sequences (cu_seqlens): the same kernels, addressing through them
     std::string arch;
     int block_m = 0;    // query rows per step of the main kernel

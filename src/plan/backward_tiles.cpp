@@ -265,7 +265,7 @@ std::string backward_plan_json(const BackwardPlan& p) {
     j["pad_qk"] = p.pad_qk;
     j["pad_v"] = p.pad_v;
     j["dtype"] = p.bf16 ? "bf16" : "fp16";
-    j["causal"] = p.causal;
+    p.mask.to_json(j);
     j["varlen"] = p.varlen;
     j["arch"] = p.arch;
     j["block_m"] = p.block_m;

@@ -242,7 +242,7 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.pv_step = shifted.pv_step, p.shift_rows = true;
             p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
         }
-        if (p.shift_rows && p.varlen && p.causal && p.warps == 12) {
+        if (p.shift_rows && p.varlen && p.mask.causal && p.warps == 12) {
             // The three-consumer tile's producer has 32 registers: packed causal sequences' tile walk plus the
             // shifted rows' zeroing spilled 4 bytes there (d33, 34, 41); two consumer warpgroups leave it 64.
             p.block_m = 128, p.warps = 8;

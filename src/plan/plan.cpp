@@ -40,7 +40,7 @@ const arch::Arch& fill_problem(Plan& plan, const AttentionConfig& c, int pad_v_s
     plan.pad_qk = geometry::round_up(plan.head_dim_qk, 16);
     plan.pad_v = geometry::round_up(plan.head_dim_v, pad_v_step);
     plan.bf16 = c.dtype == Dtype::bf16;
-    plan.causal = c.causal;
+    plan.mask = {c.causal, c.local};
     plan.varlen = c.varlen;
     plan.arch = c.arch;
     plan.vec_qk = vector_width(plan.head_dim_qk);
@@ -125,7 +125,7 @@ std::string plan_json(const KernelPlan& p) {
     j["pad_v"] = p.pad_v;
     j["pv_step"] = p.pv_step;
     j["dtype"] = p.bf16 ? "bf16" : "fp16";
-    j["causal"] = p.causal;
+    p.mask.to_json(j);
     j["varlen"] = p.varlen;
     j["arch"] = p.arch;
     j["block_m"] = p.block_m;

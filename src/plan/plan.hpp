@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "plan/mask.hpp"
 #include "rtattn/types.hpp"
 
 namespace rtattn::kernels {
@@ -22,7 +23,8 @@ struct KernelPlan {
     int pad_qk = 0;   // head_dim_qk rounded up to 16: the k of the MMA in QK^T
     int pad_v = 0;    // head_dim_v rounded up to pv_step (8: the n of mma.m16n8k16 in PV; 16 where the table says)
     int pv_step = 8;
-    bool bf16 = true, causal = false;
+    bool bf16 = true;
+    MaskSpec mask;  // which keys each query sees
     bool varlen = false;  // packed sequences (cu_seqlens): every prefill family serves them through one trait
     std::string arch;
     // The tile: one row of the table, possibly overridden, then stepped down to fit the arch's shared memory.

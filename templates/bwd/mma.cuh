@@ -150,17 +150,17 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
     detail::load_tile<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(sV, gV, p.v_seq_stride, seqlen_k - n0, tid, at_v);
 
     // Steps: every query block this key block is seen from, for each query head of the GQA group. Causal
-    // (bottom-right) skips the blocks entirely above the key block.
+    // (bottom-right) skips the blocks entirely above the key block, a window those past its left bound too.
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
-    const int m_begin = mask.first_q_block(n0);
-    const int steps_per_head = m_blocks - m_begin;
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
+    const int m_begin = mask.first_q_block(n0), m_end = mask.q_block_end(n0, m_blocks);
+    const int steps_per_head = m_end - m_begin;
     const int steps = steps_per_head * p.q_per_kv;
 
     // Step i is query block m_begin + i % steps_per_head of the group's query head i / steps_per_head: both are
     // counted along (a division per step costs ~20 integer instructions).
     auto next_step = [&](int& head, int& m_block) {
-        if (++m_block == m_blocks) m_block = m_begin, ++head;
+        if (++m_block == m_end) m_block = m_begin, ++head;
     };
     // Loads query block m_block of `head` (Q, dO, LSE and D) into stage buffer `st` (cp.async; the caller commits).
     auto load_step = [&](int head, int m_block, int st) {
@@ -290,8 +290,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
 
         // dQ = dS K for this warp's rows and column pairs, added into the fp32 accumulator: staged in shared memory
         // for one bulk reduction, or one atomic add per element. Deterministic turn: the key blocks that reach this
-        // query block are 0..n_last (the causal mask is monotone; the same rule as m_begin above), and they add from
-        // n_last down.
+        // query block are a run ending at n_last (the masks are monotone; the same rule as m_begin above), and they add
+        // from n_last down.
         int* turn = p.dq_sem + (ws_head + m0) / T::kBlockM;
         auto my_turn = [&] {
             const int n_keys_last = (seqlen_k - 1) / T::kBlockN;

@@ -278,14 +278,15 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         sV, gV, p.v_seq_stride, seqlen_k - n0, tid, sv, false);
 
     // Steps: every query block this key block is seen from, for each query head of the GQA group; causal
-    // (bottom-right) skips the blocks entirely above the key block (bwd/mma.cuh).
+    // (bottom-right) skips the blocks entirely above the key block, a window those past its left bound too
+    // (bwd/mma.cuh).
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
-    const int m_begin = mask.first_q_block(n0);
-    const int steps_per_head = m_blocks - m_begin;
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
+    const int m_begin = mask.first_q_block(n0), m_end = mask.q_block_end(n0, m_blocks);
+    const int steps_per_head = m_end - m_begin;
     const int steps = steps_per_head * p.q_per_kv;
     auto next_step = [&](int& head, int& m_block) {
-        if (++m_block == m_blocks) m_block = m_begin, ++head;
+        if (++m_block == m_end) m_block = m_begin, ++head;
     };
     auto load_step = [&](int head, int m_block, int st) {
         const int m0 = m_block * T::kBlockM;

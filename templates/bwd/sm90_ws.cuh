@@ -237,11 +237,11 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
 
     // The walk (bwd/sm90.cuh): every query block this key block is seen from, for each query head of the group.
     const int m_blocks = (seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
-    const int m_begin = mask.first_q_block(n0);
-    const int steps = (m_blocks - m_begin) * (kPair ? (p.q_per_kv - part + 1) >> 1 : p.q_per_kv);
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
+    const int m_begin = mask.first_q_block(n0), m_end = mask.q_block_end(n0, m_blocks);
+    const int steps = (m_end - m_begin) * (kPair ? (p.q_per_kv - part + 1) >> 1 : p.q_per_kv);
     auto next_step = [&](int& head, int& m_block) {
-        if (++m_block == m_blocks) m_block = m_begin, head += kHeadStep;
+        if (++m_block == m_end) m_block = m_begin, head += kHeadStep;
     };
     // Where a query head's Q (dO) rows lie in their boxes: 0 or 4 columns right (shifted rows; the launch encodes
     // maps only where the pointers are 16-byte aligned and each head's rows start alike); the CTA's tiles are placed
@@ -318,9 +318,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
             int fixes = 0;  // uses of `landed` so far: its phase
             for (int i = 0; i < steps; ++i) {
                 // The step's head and query block from i alone: the producer's registers hold little across steps.
-                const int in_head = i / (m_blocks - m_begin);
+                const int in_head = i / (m_end - m_begin);
                 const int head = head0() + in_head * kHeadStep;
-                const int m0 = (m_begin + i - in_head * (m_blocks - m_begin)) * T::kBlockM;
+                const int m0 = (m_begin + i - in_head * (m_end - m_begin)) * T::kBlockM;
                 const int st = i % kSt;
                 u16* sQ = sQ0 + st * S::kQElems;
                 u16* sdO = sdO0 + st * S::kdOElems;
@@ -409,7 +409,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
                                   ptx::smem_u32(sdS0), sdS0, reinterpret_cast<uint4*>(sdS0 + S::kdSElems), sLse0,
                                   sD0, full(0), empty(0), kv_bar, dq_full, dq_empty, ptx::smem_u32(sdQ), &pt.dq_map,
                                   steps, head0(), m_begin,
-                                  m_blocks, n0, batch,
+                                  m_end, n0, batch,
                                   static_cast<u16*>(p.dk) + view.k_off(p.dk_batch_stride, p.dk_seq_stride) +
                                       kv_head * p.dk_head_stride,
                                   static_cast<u16*>(p.dv) + view.k_off(p.dv_batch_stride, p.dv_seq_stride) +

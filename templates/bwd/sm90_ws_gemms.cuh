@@ -35,7 +35,7 @@ struct ByGemmCta {
     u32 full0, empty0, kv_bar, dq_full, dq_empty;  // full(st) = full0 + 8 st, empty(st) likewise
     u32 sdq;             // the consumer warps' dQ boxes (geometry::bwd_sm90_ws_dq_box_bytes each, warp by warp)
     const void* dq_map;  // the accumulator's (BwdParamsTma::dq_map)
-    int steps, head, m_begin, m_blocks, n0, batch;
+    int steps, head, m_begin, m_end, n0, batch;  // the walk: query blocks [m_begin, m_end) of each head
     u16* dk;  // the key block's head's rows of dK and dV (the view's sequence)
     u16* dv;
 };
@@ -63,7 +63,7 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
     const int wq = warp & 3, g = lane >> 2, t2 = (lane & 3) * 2;
     const int key0 = c.n0 + wq * 16 + g;  // this thread's first key; the other is key0 + 8
     const auto seqlen_k = view.seqlen_k;
-    const auto mask = mask_of<T>(view.seqlen_q, seqlen_k);
+    const auto mask = mask_of<T>(view.seqlen_q, seqlen_k, p);
     if (c.steps > 0) ptx::mbar_wait(c.kv_bar, 0);
     wgmma::fence_proxy_async();  // the producer's generic-proxy writes (cp.async), ordered before wgmma
 
@@ -159,7 +159,7 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
             body(i, st, head, m_block * T::kBlockM, aK);
             __syncwarp();
             if (lane == 0) ptx::mbar_arrive(c.empty0 + 8 * st);  // this warp is done with the slot
-            if (++m_block == c.m_blocks) m_block = c.m_begin, ++head;
+            if (++m_block == c.m_end) m_block = c.m_begin, ++head;
         }
     };
 

@@ -17,7 +17,8 @@ struct CtaTile {
     const u16* k;
     const u16* v;
     int q0;        // first query row of the block
-    int n_blocks;  // key blocks this query block visits (causal: none right of the diagonal)
+    int n_first;   // the first key block it visits (0 but for a window)
+    int n_blocks;  // how many it visits, from n_first (causal: none right of the diagonal)
     int seqlen_q, seqlen_k;  // this sequence's
     int k_begin;   // its first key row in packed K/V (varlen; 0 when dense): TMA coordinates count from there
 };
@@ -35,8 +36,10 @@ __device__ __forceinline__ TileCoord grid_tile() {
 
 // The tile whose query block m_block() is (a callable, evaluated where the grid's x used to be read: the
 // grid-launched kernels' code stays as it was).
-template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged, class MBlock>
+template <class T, bool kPaged, class MBlock>
 __device__ __forceinline__ CtaTile cta_tile_of(const FwdParams& p, int head, int batch, MBlock m_block) {
+    constexpr bool kVarlen = T::kVarlen;
+    constexpr int kBlockM = T::kBlockM;
     const int kv_head = head / p.q_per_kv;
     const Seq<kVarlen> s = seq_info<kVarlen, kPaged>(p, batch);
     CtaTile t;
@@ -49,21 +52,23 @@ __device__ __forceinline__ CtaTile cta_tile_of(const FwdParams& p, int head, int
     t.v = static_cast<const u16*>(p.v) + (kPaged ? 0 : s.k_offset(p.v_batch_stride, p.v_seq_stride)) +
           kv_head * p.v_head_stride;
     t.seqlen_q = s.seqlen_q, t.seqlen_k = s.seqlen_k, t.k_begin = s.k_begin;
-    t.n_blocks = KeyMask<kCausal, kBlockM, kBlockN>{s.seqlen_q, s.seqlen_k}.kv_blocks(t.q0);
+    const auto mask = mask_of<T>(s.seqlen_q, s.seqlen_k, p);
+    t.n_first = mask.first_kv_block(t.q0);
+    t.n_blocks = mask.kv_blocks(t.q0) - t.n_first;
     return t;
 }
 
 // A grid-launched CTA's tile: grid x = query block (the last one first when causal), y = query head, z = sequence.
-template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged = false>
+template <class T, bool kPaged = false>
 __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p) {
-    return cta_tile_of<kCausal, kVarlen, kBlockM, kBlockN, kPaged>(
-        p, blockIdx.y, blockIdx.z, [] { return kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; });
+    return cta_tile_of<T, kPaged>(p, blockIdx.y, blockIdx.z,
+                                  [] { return T::kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; });
 }
 
 // A persistent CTA's tile (tile_coord).
-template <bool kCausal, bool kVarlen, int kBlockM, int kBlockN, bool kPaged = false>
+template <class T, bool kPaged = false>
 __device__ __forceinline__ CtaTile cta_tile(const FwdParams& p, TileCoord c) {
-    return cta_tile_of<kCausal, kVarlen, kBlockM, kBlockN, kPaged>(p, c.head, c.batch, [c] { return c.m_block; });
+    return cta_tile_of<T, kPaged>(p, c.head, c.batch, [c] { return c.m_block; });
 }
 
 }  // namespace detail

@@ -37,6 +37,9 @@ struct FwdParams {
     // Head dims of 4 mod 8 on the mma.sync family: 1 where every K (V) row of a sequence and head starts alike modulo
     // 16 bytes, so the rows move as 16-byte vectors rotated in shared memory (load_rows_rotated); else 0.
     int rotate_k, rotate_v;
+    // A window (kLocal: common/mask.cuh): query i sees keys i + seqlen_k - seqlen_q - window_left through
+    // i + seqlen_k - seqlen_q + window_right, both 0 or more (an unbounded side is written as the longest sequence).
+    int window_left, window_right;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -78,6 +81,7 @@ struct BwdParams {
     const int* cu_seqlens_q;
     const int* cu_seqlens_k;
     int total_q, total_k;
+    int window_left, window_right;  // as FwdParams
 };
 
 // Parameters of the decode kernels (dec/mma.cuh). A CTA serves one (split, KV head, row block, sequence): its rows
@@ -106,6 +110,9 @@ struct DecParams {
     // every row of a sequence starts alike modulo 16 bytes, 2 where rows alternate by key parity, 0: 8-byte vectors.
     int rotate_k, rotate_v;
     float scale_log2, scale;
+    // A window (kLocal), as FwdParams: token t (its diagonal key len - seqlen_q + t) sees keys diagonal -
+    // window_left .. diagonal + window_right.
+    int window_left, window_right;
 };
 
 // Parameters of the merge entry (common/merge.cuh): two attention states of the same rows and where the merged one

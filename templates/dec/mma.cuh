@@ -74,10 +74,12 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     const int kv_head = blockIdx.y / p.row_blocks, row0 = (blockIdx.y - kv_head * p.row_blocks) * T::kBlockM;
     const int seqlen_q = p.seqlen_q, group_rows = p.q_per_kv * seqlen_q;
     const int len = p.seqlens_k ? min(max(p.seqlens_k[batch], 0), p.seqlen_k) : p.seqlen_k;
-    // This split's key tiles: the sequence's tiles cut into num_splits runs (a short sequence's splits are short).
+    // This split's key tiles: the sequence's tiles cut into num_splits runs (a short sequence's splits are short);
+    // a window's, from the tile of the first key its first token sees.
     const int tiles = (len + T::kBlockN - 1) / T::kBlockN;
-    const int per_split = (tiles + p.num_splits - 1) / p.num_splits;
-    const int t_begin = min(split * per_split, tiles), t_end = min(t_begin + per_split, tiles);
+    const int tile0 = T::kLocal ? max(len - seqlen_q - p.window_left, 0) / T::kBlockN : 0;
+    const int per_split = (tiles - tile0 + p.num_splits - 1) / p.num_splits;
+    const int t_begin = min(tile0 + split * per_split, tiles), t_end = min(t_begin + per_split, tiles);
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
     auto at_v = [](int r, int c) { return r * S::kStrideV + c; };
@@ -237,12 +239,28 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         warp::gemm<T::kBF16, T::kMTiles, S::kNB / 2, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
             s, aQ, S::kStrideQK, 0, aK, S::kStrideQK, warp_key0 / 16, 1, lane);
         // By parity, slot j of this warp's half holds key 2 j + parity: keys below L are slots below (L - parity + 1) / 2.
-        if (n0 + T::kBlockN > len || (T::kCausal && n0 + T::kBlockN > len - seqlen_q + 1))
+        if constexpr (T::kLocal) {
+            // A window: token t sees keys len + visible_shift - 1 - left .. len + visible_shift - 1 + right (the host
+            // holds right at 0 when causal, at most seqlen_q else).
+            const int right = T::kCausal ? 0 : p.window_right;
+            if (n0 + T::kBlockN > len || n0 + T::kBlockN > len - seqlen_q + 1 + right || n0 < len - 1 - p.window_left)
+                detail::mask_columns<true>(
+                    s, (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3),
+                    [&](int mt, int h) {
+                        const int limit = min(len, len + visible_shift[mt][h] + right);
+                        return by_parity ? (limit - parity + 1) >> 1 : limit;
+                    },
+                    [&](int mt, int h) {
+                        const int from = len + visible_shift[mt][h] - 1 - p.window_left;
+                        return by_parity ? (from - parity + 1) >> 1 : from;
+                    });
+        } else if (n0 + T::kBlockN > len || (T::kCausal && n0 + T::kBlockN > len - seqlen_q + 1)) {
             detail::mask_columns(s, (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3),
                                  [&](int mt, int h) {
                                      const int limit = T::kCausal ? len + visible_shift[mt][h] : len;
                                      return by_parity ? (limit - parity + 1) >> 1 : limit;
                                  });
+        }
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
         // O += P V for this warp's keys: P never leaves registers.

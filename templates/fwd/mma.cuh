@@ -65,10 +65,10 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN, T::kPaged>(p);
-    const int q0 = cta.q0, n_blocks = cta.n_blocks;
+    const detail::CtaTile cta = detail::cta_tile<T, T::kPaged>(p);
+    const int q0 = cta.q0, n_first = cta.n_first, n_blocks = cta.n_blocks;
     const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
-    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
     if constexpr (T::kVarlen) {
         if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
     }
@@ -93,7 +93,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     // A paged cache (chunked prefill) finds each K/V row through the block table; else rows are strided.
     const int* table = T::kPaged ? p.block_table + blockIdx.z * p.block_table_stride : nullptr;
     auto load_k = [&](int block, int slot) {
-        const int k0 = block * T::kBlockN;
+        const int k0 = (n_first + block) * T::kBlockN;
         if constexpr (kRotK) {
             if (rotate_k) {
                 detail::load_rows_rotated<T::kBlockN, T::kHeadDimQK, kThreads>(
@@ -113,7 +113,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         }
     };
     auto load_v = [&](int block, int slot) {
-        const int k0 = block * T::kBlockN;
+        const int k0 = (n_first + block) * T::kBlockN;
         if constexpr (kRotV) {
             if (rotate_v) {
                 detail::load_rows_rotated<T::kBlockN, T::kHeadDimV, kThreads>(
@@ -208,7 +208,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         const int slot = j % T::kStages;
         const u32 k_tile = k_lane + 2 * slot * S::kKElems;
         const u32 v_tile = v_lane + 2 * slot * S::kVElems;
-        const int n0 = j * T::kBlockN;
+        const int n0 = (n_first + j) * T::kBlockN;
 
         // S = Q K^T for this warp's rows (the first k-step sets S: no clearing).
         float s[T::kMTiles][kNB][4];

@@ -64,10 +64,10 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int wg = warp >> 2;
-    const detail::CtaTile cta = detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(p);
-    const int q0 = cta.q0, n_blocks = cta.n_blocks;
+    const detail::CtaTile cta = detail::cta_tile<T>(p);
+    const int q0 = cta.q0, n_first = cta.n_first, n_blocks = cta.n_blocks;
     const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
-    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
+    const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
     if constexpr (T::kVarlen) {
         if (q0 >= seqlen_q) return;  // past this sequence's end (the grid covers the longest)
     }
@@ -81,7 +81,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     }
 
     auto load_kv = [&](int block, int slot) {
-        const int k0 = block * T::kBlockN;
+        const int k0 = (n_first + block) * T::kBlockN;
         sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, kThreads>(
             sK + slot * S::kKElems, gK + (long long)k0 * p.k_seq_stride, p.k_seq_stride, seqlen_k - k0, tid);
         sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, kThreads>(
@@ -121,7 +121,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         const int slot = j % T::kStages;
         const u32 k_addr = ptx::smem_u32(sK + slot * S::kKElems);
         const u32 v_addr = ptx::smem_u32(sV + slot * S::kVElems);
-        const int n0 = j * T::kBlockN;
+        const int n0 = (n_first + j) * T::kBlockN;
 
         float s[1][kNB][4];
         wgmma::fence();

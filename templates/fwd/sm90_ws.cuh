@@ -135,7 +135,7 @@ struct CtaTiles {
 
 template <class T>
 __device__ __forceinline__ detail::CtaTile tile_at(const FwdParamsTma& pt, detail::TileCoord c) {
-    return detail::cta_tile<T::kCausal, T::kVarlen, T::kBlockM, T::kBlockN>(pt.p, c);
+    return detail::cta_tile<T>(pt.p, c);
 }
 // Varlen: a tile past its sequence's end (the grid covers the longest) has nothing to do, not even an epilogue.
 template <class T>
@@ -160,7 +160,7 @@ __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16*
     constexpr int kSt = T::kStages;
     const int kv_head = c.head / pt.p.q_per_kv, batch = T::kVarlen ? 0 : c.batch;
     for (int j = 0; j < cta.n_blocks; ++j) {
-        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + j * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + (cta.n_first + j) * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(b);
@@ -202,13 +202,13 @@ struct SplitTail {
     }
     __device__ __forceinline__ bool idle() const { return piece >= kPieces; }  // lanes past a row's pieces
     __device__ __forceinline__ bool wide() const { return kWide && piece < kPieces - 1; }  // a 16-byte piece
-    // This thread's pieces of block `block`; rows past the tile or past seqlen_k hold zeros: V rows there meet P = 0,
-    // and 0 * garbage must not be NaN.
+    // This thread's pieces of the tile's block `block` (key block first + block); rows past the tile or past seqlen_k
+    // hold zeros: V rows there meet P = 0, and 0 * garbage must not be NaN.
     __device__ __forceinline__ void load(uint4 (&t)[kPasses], const detail::u16* g, long long stride, int block,
-                                         int n_blocks, int seqlen_k) const {
+                                         int n_blocks, int first, int seqlen_k) const {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
-            const int r = row0 + kRowsPerPass * i, key = block * kBlockN + r;
+            const int r = row0 + kRowsPerPass * i, key = (first + block) * kBlockN + r;
             t[i] = make_uint4(0, 0, 0, 0);
             if (block < n_blocks && r < kBlockN && key < seqlen_k && !idle()) {
                 const detail::u16* src = g + key * stride + elem;
@@ -272,10 +272,10 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
 
     // Each thread's next pieces wait in registers until their slot frees.
     uint4 k_next[TailK::kPasses], v_next[TailV::kPasses];
-    tail_k.load(k_next, cta.k, p.k_seq_stride, 0, n_blocks, cta.seqlen_k);
-    tail_v.load(v_next, cta.v, p.v_seq_stride, 0, n_blocks, cta.seqlen_k);
+    tail_k.load(k_next, cta.k, p.k_seq_stride, 0, n_blocks, cta.n_first, cta.seqlen_k);
+    tail_v.load(v_next, cta.v, p.v_seq_stride, 0, n_blocks, cta.n_first, cta.seqlen_k);
     for (int j = 0; j < n_blocks; ++j) {
-        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + j * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + (cta.n_first + j) * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(b);
@@ -298,7 +298,7 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
             // barrier sees 4 arrivals instead of 128 (each one an atomic on the same shared-memory word).
             __syncwarp();
             if ((ptid & 31) == 0) ptx::mbar_arrive(full);
-            tail.load(pieces, g, stride, j + 1, n_blocks, cta.seqlen_k);
+            tail.load(pieces, g, stride, j + 1, n_blocks, cta.n_first, cta.seqlen_k);
         };
         fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, tail_k, k_next, cta.k, p.k_seq_stride);
         fill(LV{}, S::kMainV, empty_v, full_v, sV + slot * B::kVElems, v_maps, tail_v, v_next, cta.v, p.v_seq_stride);
@@ -395,7 +395,7 @@ __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u1
     const int k_head = kv_head * pt.k_head_step, v_head = kv_head * pt.v_head_step;
     const bool seq_first = pt.tma_seq_dim == 1;
     for (int j = 0; j < cta.n_blocks; ++j) {
-        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + j * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + (cta.n_first + j) * T::kBlockN;
         const u32 parity = ring.empty_parity(b);
         const u32 landed = ring.landed_k(slot), full_v = ring.full_v(slot);
         const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
@@ -430,7 +430,7 @@ __device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK,
         const detail::CtaTile cta = sm90::tile_at<T>(pt, sm90::CtaTiles<T>(pt).coord(pt));
         if (sm90::idle_tile<T>(cta)) return;
         for (int j = 0; j < cta.n_blocks; ++j) {
-            const int slot = ring.slot(j), k0 = j * T::kBlockN;
+            const int slot = ring.slot(j), k0 = (cta.n_first + j) * T::kBlockN;
             const u32 parity = ring.empty_parity(j);
             if (j >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
             sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN,
@@ -575,7 +575,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
         const int q0 = cta.q0, n_blocks = cta.n_blocks;
         const int seqlen_q = cta.seqlen_q, seqlen_k = cta.seqlen_k;
-        const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k);
+        const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
         // The next tile's Q rows, once this tile's last QK^T has read its own and (O staged over Q) its O has been
         // stored: with O apart, issued under the last PV where the consumers' registers allow (two warpgroups), after
         // it with three (d56 spilled 24 bytes).
@@ -598,7 +598,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
         float row_sum[1][2] = {{0.f, 0.f}};
         auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
-            const int n0 = j * T::kBlockN;
+            const int n0 = (cta.n_first + j) * T::kBlockN;
             if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp * 16, lane);
             detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
         };

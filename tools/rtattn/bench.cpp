@@ -80,6 +80,16 @@ void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_js
     }
 }
 
+// A --window value: nullopt for "off", else its bounds.
+std::optional<std::pair<int, int>> parse_window(const std::string& w) {
+    if (w == "off") return std::nullopt;
+    int l = 0, r = 0;
+    char tail = 0;
+    if (std::sscanf(w.c_str(), "%d:%d%c", &l, &r, &tail) != 2 || l < -1 || r < -1)
+        throw Error(fmt::format("--window: {} is not off or LEFT:RIGHT with each -1 (unbounded) or more", w));
+    return std::pair{l, r};
+}
+
 namespace {
 
 using driver::api;
@@ -114,19 +124,35 @@ struct Case {
     int launches = 0;
     double flops = 0;  // per launch: 4*B*H*Sq*Sk*d, halved causal, 2.5x backward; summed over sequences when varlen
     bool varlen = false;
+    std::string window;  // "L:R" for a local kernel, empty for the plain mask
 };
 
-double attention_flops(double sq, double sk, int heads, int d, bool causal, bool backward) {
-    return 4.0 * heads * sq * sk * d / (causal ? 2 : 1) * (backward ? 2.5 : 1);
+double attention_flops(double sq, double sk, int heads, int d, bool causal, bool backward,
+                       std::optional<std::pair<int, int>> window = std::nullopt) {
+    double pairs = sq * sk / (causal ? 2 : 1);
+    if (window) {  // the pairs the window keeps, row by row (bottom-right aligned, as the kernels)
+        pairs = 0;
+        for (long long i = 0; i < (long long)sq; ++i) {
+            const long long diagonal = i + (long long)sk - (long long)sq;
+            const long long right = causal ? 0 : window->second;
+            const long long first = window->first < 0 ? 0 : std::max(0LL, diagonal - window->first);
+            const long long end = right < 0 ? (long long)sk : std::min((long long)sk, diagonal + right + 1);
+            pairs += double(std::max(0LL, end - first));
+        }
+    }
+    return 4.0 * heads * pairs * d * (backward ? 2.5 : 1);
 }
 
 // A dense batch (lens empty: batch = tokens / S) or a packed varlen one (lens: each sequence's length; S is then the
 // mean, for the table).
 std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, bool causal, const std::string& dt,
-                              const std::vector<int>& lens = {}) {
+                              const std::vector<int>& lens = {}, const std::string& window = "off") {
     auto cs = std::make_unique<Case>();
     Case& c = *cs;
     c.varlen = !lens.empty();
+    const auto bounds = parse_window(window);
+    if (bounds) c.window = window;
+    c.config.local = bounds.has_value();
     c.d = d, c.S = S, c.causal = causal, c.dtype = dt;
     c.config.head_dim_qk = d;
     c.config.dtype = dtype_from_string(dt);
@@ -145,7 +171,8 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
     for (int L : lens) cu.push_back(cu.back() + L);
     const int longest = c.varlen ? *std::max_element(lens.begin(), lens.end()) : S;
     const std::int64_t rows = c.varlen ? cu.back() : std::int64_t(B) * S;  // tokens
-    for (int L : c.varlen ? lens : std::vector<int>(B, S)) c.flops += attention_flops(L, L, H, d, causal, o.backward);
+    for (int L : c.varlen ? lens : std::vector<int>(B, S))
+        c.flops += attention_flops(L, L, H, d, causal, o.backward, bounds);
 
     const std::size_t nq = std::size_t(rows) * H * d, nkv = std::size_t(rows) * Hkv * d;
     // One random host array; each tensor reads it at a different offset, so no two tensors are equal.
@@ -167,6 +194,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         a.q = tensor(s.q, H), a.k = tensor(s.k, Hkv), a.v = tensor(s.v, Hkv), a.o = tensor(s.o, H);
         a.batch = B;
         a.seqlen_q = a.seqlen_k = longest;
+        if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
         if (c.varlen) {
             s.cu_seqlens = driver::DeviceBuffer(cu.size() * 4);
             s.cu_seqlens.upload(cu.data(), cu.size() * 4);
@@ -187,6 +215,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         b.q = a.q, b.k = a.k, b.v = a.v, b.o = a.o, b.lse = a.lse;
         b.dout = tensor(s.dout, H), b.dq = tensor(s.dq, H), b.dk = tensor(s.dk, Hkv), b.dv = tensor(s.dv, Hkv);
         b.batch = B, b.seqlen_q = b.seqlen_k = longest;
+        b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         b.workspace_bytes = c.backward.workspace_bytes(B, longest, longest);
         s.workspace = driver::DeviceBuffer(b.workspace_bytes);
@@ -242,6 +271,7 @@ nlohmann::ordered_json result(const Case& c) {
     j["useful_flop_fraction"] = info.plan.useful_flop_fraction;
     j["tile"] = fmt::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
     j["kernel"] = info.plan.kernel;
+    if (!c.window.empty()) j["window"] = c.window;
     return j;
 }
 
@@ -251,7 +281,8 @@ void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
                j["S"].get<int>(), j["varlen"].get<bool>() ? "v" : " ", j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
                j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
                figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
-               j["kernel"].get<std::string>());
+               j["kernel"].get<std::string>() +
+                   (j.contains("window") ? ", window " + j["window"].get<std::string>() : std::string()));
     std::fflush(out);
 }
 
@@ -332,7 +363,8 @@ int run_throughput(const BenchOptions& o) {
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
             for (int S : o.varlen ? std::vector<int>{mean_len} : o.seqlens)
-                for (bool causal : o.causal) {
+                for (bool causal : o.causal)
+                for (const auto& window : o.windows) {
                     try {
                         if (o.varlen) {
                             auto dense = prepare(rt, same_tokens, d, S, causal, dt);
@@ -341,7 +373,7 @@ int run_throughput(const BenchOptions& o) {
                             cases.push_back(std::move(packed));
                             continue;
                         }
-                        auto c = prepare(rt, o, d, S, causal, dt);
+                        auto c = prepare(rt, o, d, S, causal, dt, {}, window);
                         if (o.vs_padded) {
                             run_against_padded(std::move(c), rt, o, timer, finish, table);
                             continue;
@@ -459,6 +491,10 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "tokens, interleaved (with --backward: the backward)");
     cmd->add_option("--varlen-seqs", o->varlen_seqs, "with --varlen: sequences (default 64)")->check(CLI::Range(1, 65535));
     cmd->add_option("--varlen-lens", o->varlen_lens, "with --varlen: lengths uniform in min:max (default 64:4096)");
+    cmd->add_option("--window", o->windows,
+                    "sliding windows LEFT:RIGHT (-1 unbounded), each timed with a local kernel, or off (default off); "
+                    "FLOPs count the pairs a window keeps")
+        ->delimiter(',');
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa, range] {
         action = [&g, o, causal, gqa, range] {

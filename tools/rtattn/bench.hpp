@@ -1,6 +1,8 @@
 // `rtattn bench`: forward or backward TFLOPS over a grid of shapes, and JIT latency figures.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -43,6 +45,9 @@ struct BenchOptions {
     // of 16 (same heads and tokens), and reported against that kernel's TFLOPS x d / pad16(d): what the head dim would
     // get if it cost only its padding (issue 26's ideal).
     bool vs_padded = false;
+    // --window: sliding windows LEFT:RIGHT (-1: unbounded; FlashAttention's window_size), each a local kernel (its
+    // bounds call arguments), or "off" (the plain mask); FLOPs count the (query, key) pairs each window keeps.
+    std::vector<std::string> windows = {"off"};
 };
 
 // --head-dim-range "lo:hi:step" (e.g. 32:256:4): the head dims lo, lo+step, ..., up to hi, each 1..256.
@@ -51,6 +56,8 @@ std::vector<int> head_dim_range(const std::string& spec);
 // Shared by the throughput and decode benchmarks.
 std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed);
 double median(std::vector<double> v);
+// A --window value: nullopt for "off", else its bounds (Error naming --window otherwise).
+std::optional<std::pair<int, int>> parse_window(const std::string& w);
 void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows);
 int run_decode_bench(const BenchOptions& o);
 

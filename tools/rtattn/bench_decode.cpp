@@ -47,12 +47,19 @@ struct DecodeCase {
     } sets[2];
     std::vector<double> ms;
     int launches = 0;
+    int window_left = -1;  // a local kernel's left bound (-1: none, or unbounded)
+    std::string window;    // "L:R", or empty
 
-    double bytes() const { return double(shape.batch) * shape.keys * Hkv * 2.0 * d * 2.0; }
+    // K and V bytes the step must read: each sequence's keys, or those its window spans (its tokens' windows
+    // together: the last window_left + q keys).
+    double keys_read() const {
+        return window_left < 0 ? shape.keys : std::min<double>(shape.keys, double(window_left) + q);
+    }
+    double bytes() const { return double(shape.batch) * keys_read() * Hkv * 2.0 * d * 2.0; }
 };
 
 std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, DecodeShape shape, int q, int page,
-                                    bool causal, const std::string& dt, int splits) {
+                                    bool causal, const std::string& dt, int splits, const std::string& window) {
     auto cs = std::make_unique<DecodeCase>();
     DecodeCase& c = *cs;
     c.d = d, c.shape = shape, c.q = q, c.page = page, c.causal = causal, c.dtype = dt;
@@ -64,6 +71,9 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     cfg.causal = causal;
     cfg.num_heads_q = c.H, cfg.num_heads_kv = c.Hkv;
     cfg.decode = true, cfg.paged_kv = page > 0;
+    const auto bounds = parse_window(window);
+    cfg.local = bounds.has_value();
+    if (bounds) c.window = window, c.window_left = bounds->first;
     if (!o.arch.empty()) cfg.arch = o.arch;
     c.kernel = rt.get(cfg);
     const int B = shape.batch, S = shape.keys;
@@ -109,6 +119,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
             a.v = ForwardArgs::contiguous(s.v.get(), S, c.Hkv, d);
         }
         a.num_splits = splits;
+        if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
         a.workspace_bytes = c.kernel.workspace_bytes(B, q, S, splits);
         s.ws = driver::DeviceBuffer(std::max<std::size_t>(a.workspace_bytes, 256));
         a.workspace = s.ws.get();
@@ -180,7 +191,8 @@ int run_decode_bench(const BenchOptions& o) {
         const double ms = median(c.ms), gbs = c.bytes() / (ms * 1e-3) / 1e9;
         fmt::print(table, "{:>4} {:>4} {:>7} {:>3}:{:<2} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9.1f} {:>8.0f} {:>5.1f}%  {}\n",
                    c.d, c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
-                   ms * 1e3, gbs, 100 * gbs / copy, c.kernel.info().plan.kernel);
+                   ms * 1e3, gbs, 100 * gbs / copy,
+                   c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window));
         std::fflush(table);
         nlohmann::ordered_json j;
         j["d"] = c.d, j["batch"] = c.shape.batch, j["keys"] = c.shape.keys, j["H"] = c.H, j["H_kv"] = c.Hkv;
@@ -188,6 +200,7 @@ int run_decode_bench(const BenchOptions& o) {
         j["splits"] = c.splits, j["ms"] = ms, j["gbs"] = gbs, j["copy_gbs"] = copy, j["of_copy"] = gbs / copy;
         j["registers"] = figure_json(c.kernel.info().registers);
         j["kernel"] = c.kernel.info().plan.kernel;
+        if (!c.window.empty()) j["window"] = c.window, j["keys_read"] = c.keys_read();
         rows.push_back(std::move(j));
     };
     for (const auto& dt : o.dtypes)
@@ -196,9 +209,11 @@ int run_decode_bench(const BenchOptions& o) {
                 for (int q : o.decode_q)
                     for (int page : o.page_sizes)
                         for (bool causal : o.causal)
-                            for (int splits : o.num_splits) {
+                            for (int splits : o.num_splits)
+                            for (const auto& window : o.windows) {
                                 try {
-                                    auto c = prepare(rt, o, d, parse_shape(text), q, page, causal, dt, splits);
+                                    auto c = prepare(rt, o, d, parse_shape(text), q, page, causal, dt, splits,
+                                                     window);
                                     if (o.interleave) {
                                         cases.push_back(std::move(c));
                                         continue;

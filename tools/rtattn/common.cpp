@@ -67,6 +67,8 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
     app->add_flag("--decode", o.flags.decode, "the decode kernels: 1..16 query tokens per sequence against a KV cache");
     app->add_flag("--paged-kv", o.flags.paged_kv, "K/V from a paged KV cache (decode, or prefill against the cache)");
     app->add_flag("--varlen", o.flags.varlen, "the packed variable-length prefill (cu_seqlens), forward and backward");
+    app->add_flag("--local", o.flags.local,
+                  "a sliding window (local attention), its bounds given per call: one kernel for every window");
 }
 
 const tool::ExpandOptions& resolve_arch() {

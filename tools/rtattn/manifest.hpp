@@ -94,7 +94,7 @@ struct ConfigFlags {
     std::optional<int> heads_q, heads_kv;
     std::optional<double> softmax_scale;
     std::vector<std::string> archs;
-    bool decode = false, paged_kv = false, varlen = false;  // --decode, --paged-kv, --varlen
+    bool decode = false, paged_kv = false, varlen = false, local = false;  // --decode, --paged-kv, --varlen, --local
 
     // Whether any flag that shapes a config (everything but --arch) was given.
     bool any_shape_flag() const;
