@@ -58,8 +58,7 @@ bool encode_q_maps(const BackwardLaunch& l, BwdParamsTma& out) {
 bool encode_dq_map(const BackwardLaunch& l, BwdParamsTma& out) {
     const plan::BackwardPlan& p = l.plan;
     if (!geometry::bwd_sm90_ws_by_gemm(p.pad_qk, p.block_n)) return true;
-    const std::int64_t rows = std::int64_t(l.call.batch) * l.config.num_heads_q *
-                              p.workspace(l.call.batch, l.config.num_heads_q, l.call.seqlen_q).m_pad;
+    const std::int64_t rows = std::int64_t(l.call.batch) * l.config.num_heads_q * out.p.m_pad;  // workspace rows
     return tma::encode_f32_rows(&out.dq_map, out.p.dq_accum, p.pad_qk, rows, geometry::bwd_dq_stride(p.pad_qk),
                                 geometry::kBwdDqBoxCols, geometry::kBwdDqBoxRows);
 }

@@ -216,6 +216,8 @@ __device__ __forceinline__ void bar_arrive(u32 id, u32 count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Two floats into shared memory at a shared-window address (8-byte aligned): for addresses computed as the TMA units
+// take them (the dQ boxes' swizzled rows), without a generic pointer to convert back.
 __device__ __forceinline__ void st_shared_f32x2(u32 addr, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
