@@ -239,27 +239,20 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         warp::gemm<T::kBF16, T::kMTiles, S::kNB / 2, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
             s, aQ, S::kStrideQK, 0, aK, S::kStrideQK, warp_key0 / 16, 1, lane);
         // By parity, slot j of this warp's half holds key 2 j + parity: keys below L are slots below (L - parity + 1) / 2.
+        auto slot_of = [&](int key) { return by_parity ? (key - parity + 1) >> 1 : key; };  // the first at or past key
+        auto col0 = [&] { return (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3); };
         if constexpr (T::kLocal) {
             // A window: token t sees keys len + visible_shift - 1 - left .. len + visible_shift - 1 + right (the host
             // holds right at 0 when causal, at most seqlen_q else).
             const int right = T::kCausal ? 0 : p.window_right;
             if (n0 + T::kBlockN > len || n0 + T::kBlockN > len - seqlen_q + 1 + right || n0 < len - 1 - p.window_left)
                 detail::mask_columns<true>(
-                    s, (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3),
-                    [&](int mt, int h) {
-                        const int limit = min(len, len + visible_shift[mt][h] + right);
-                        return by_parity ? (limit - parity + 1) >> 1 : limit;
-                    },
-                    [&](int mt, int h) {
-                        const int from = len + visible_shift[mt][h] - 1 - p.window_left;
-                        return by_parity ? (from - parity + 1) >> 1 : from;
-                    });
+                    s, col0(), [&](int mt, int h) { return slot_of(min(len, len + visible_shift[mt][h] + right)); },
+                    [&](int mt, int h) { return slot_of(len + visible_shift[mt][h] - 1 - p.window_left); });
         } else if (n0 + T::kBlockN > len || (T::kCausal && n0 + T::kBlockN > len - seqlen_q + 1)) {
-            detail::mask_columns(s, (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3),
-                                 [&](int mt, int h) {
-                                     const int limit = T::kCausal ? len + visible_shift[mt][h] : len;
-                                     return by_parity ? (limit - parity + 1) >> 1 : limit;
-                                 });
+            detail::mask_columns(s, col0(), [&](int mt, int h) {
+                return slot_of(T::kCausal ? len + visible_shift[mt][h] : len);
+            });
         }
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
