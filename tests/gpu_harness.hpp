@@ -73,6 +73,7 @@ struct Case {
     // A local kernel (config.local) and the call's window (-1: that side unbounded; FlashAttention's window_size).
     bool local = false;
     int window_left = -1, window_right = -1;
+    bool sinks = false;  // a sinks kernel (config.sinks), each query head's sink logit drawn with the inputs
 
     AttentionConfig config() const {
         AttentionConfig c;
@@ -81,6 +82,7 @@ struct Case {
         c.dtype = dtype;
         c.causal = causal;
         c.local = local;
+        c.sinks = sinks;
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
         c.softmax_scale = scale;
@@ -99,6 +101,7 @@ struct Case {
         if (dist == Dist::normal) s += " normal";
         if (!with_lse) s += " no-lse";
         if (local) s += fmt::format(" window({},{})", window_left, window_right);
+        if (sinks) s += " sinks";
         return s;
     }
 
@@ -150,6 +153,8 @@ struct Problem {
     Case c;
     std::vector<std::vector<std::uint16_t>> buffers;  // host images: inputs randomized, gaps and O poisoned
     Placement q, k, v, o;
+    // Sinks cases: [heads_q] logits, from below the rows' typical LSE to above it (the sink then dominates).
+    std::vector<float> sinks;
 
     std::size_t lse_count() const { return std::size_t(c.batch) * c.heads_q * c.seqlen_q; }
 };
@@ -181,6 +186,7 @@ public:
 private:
     std::vector<driver::DeviceBuffer> buffers_;
     driver::DeviceBuffer lse_;
+    driver::DeviceBuffer sinks_;  // 4 bytes at least: a sinks case uploads its [heads_q] logits
 };
 
 // Copies and fills run on the legacy stream. driver::Stream is created blocking, so work on it already waits for

@@ -133,6 +133,11 @@ Problem make_problem(const Case& c, std::uint32_t salt) {
             buf[i] = test::to_bits(x, c.dtype);
         });
     }
+    if (c.sinks) {
+        // Scores here are O(1), so a row's LSE is about log(keys seen): sinks from 2 below that to 2 above.
+        std::uniform_real_distribution<float> sink(-2.f, 2.f + std::log(float(c.seqlen_k)));
+        for (int h = 0; h < c.heads_q; ++h) p.sinks.push_back(sink(rng));
+    }
     return p;
 }
 
@@ -149,19 +154,22 @@ test::ReferenceProblem reference_problem(const Problem& p) {
     r.causal = p.c.causal;
     r.window_left = p.c.window_left, r.window_right = p.c.window_right;
     r.scale = p.c.effective_scale();
+    r.sinks.assign(p.sinks.begin(), p.sinks.end());
     r.q = view(p.q), r.k = view(p.k), r.v = view(p.v);
     return r;
 }
 
 test::ReferenceResult reference_for(const Problem& p) { return test::reference_forward(reference_problem(p)); }
 
-DeviceProblem::DeviceProblem(const Problem& p) : lse_((p.lse_count() + kGuard) * sizeof(float)) {
+DeviceProblem::DeviceProblem(const Problem& p)
+    : lse_((p.lse_count() + kGuard) * sizeof(float)), sinks_(std::max<std::size_t>(p.sinks.size(), 1) * 4) {
     for (const auto& b : p.buffers) buffers_.emplace_back(b.size() * sizeof(std::uint16_t));
 }
 
 void DeviceProblem::upload_inputs(const Problem& p) {
     for (std::size_t i = 0; i < buffers_.size(); ++i)
         if (int(i) != p.o.buffer) buffers_[i].upload(p.buffers[i].data(), buffers_[i].bytes());
+    if (!p.sinks.empty()) sinks_.upload(p.sinks.data(), p.sinks.size() * 4);
 }
 
 void DeviceProblem::poison_outputs(const Problem& p) {
@@ -181,6 +189,7 @@ ForwardArgs DeviceProblem::args(const Problem& p) const {
     a.lse = p.c.with_lse ? static_cast<float*>(lse_.get()) : nullptr;
     a.batch = p.c.batch, a.seqlen_q = p.c.seqlen_q, a.seqlen_k = p.c.seqlen_k;
     a.window_size_left = p.c.window_left, a.window_size_right = p.c.window_right;
+    if (p.c.sinks) a.sinks = static_cast<const float*>(sinks_.get());
     return a;
 }
 

@@ -101,9 +101,10 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
     std::vector<double> q(dqk), scores(p.seqlen_k), acc(dv);
     for (int i = row_begin; i < row_end; ++i) {
         const KeyRange keys = visible_keys(i, p.seqlen_q, p.seqlen_k, p.causal, p.window_left, p.window_right);
+        const bool sink = !p.sinks.empty();
         if (keys.size() == 0) {
             for (int d = 0; d < dv; ++d) r.o[r.o_index(b, i, h, d)] = 0.0;
-            r.lse[r.lse_index(b, h, i)] = std::numeric_limits<double>::infinity();
+            r.lse[r.lse_index(b, h, i)] = sink ? p.sinks[h] : std::numeric_limits<double>::infinity();
             continue;
         }
         for (int d = 0; d < dqk; ++d) q[d] = from_bits(p.q.at(b, i, h, d), p.dtype);
@@ -116,7 +117,8 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
             scores[j] = dot * p.scale;
             max_score = std::max(max_score, scores[j]);
         }
-        double sum = 0;
+        if (sink) max_score = std::max(max_score, p.sinks[h]);
+        double sum = sink ? std::exp(p.sinks[h] - max_score) : 0.0;  // the sink's value is zero: only the sum has it
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int j = keys.first; j < keys.end; ++j) {
             const double w = std::exp(scores[j] - max_score);

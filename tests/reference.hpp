@@ -53,13 +53,16 @@ struct ReferenceProblem {
     bool causal = false;   // bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q)
     int window_left = -1, window_right = -1;  // a sliding window (visible_keys); -1: unbounded
     double scale = 1.0;    // the caller states it; the reference does not reproduce the library's default
+    // Attention sinks: [heads_q] logits (in the scaled scores' units) joining each row's softmax denominator as a key
+    // whose value is zero; a row that sees no key gets O = 0, LSE = its sink. Empty: none.
+    std::vector<double> sinks;
     HostTensorView q, k, v;
 };
 
 struct ReferenceResult {
     int batch = 0, seqlen_q = 0, heads_q = 0, head_dim_v = 0;
     std::vector<double> o;    // contiguous [batch, seqlen_q, heads_q, head_dim_v]
-    std::vector<double> lse;  // [batch, heads_q, seqlen_q]; +inf for a query that sees no key
+    std::vector<double> lse;  // [batch, heads_q, seqlen_q]; +inf for a query that sees no key (sinks: the sink)
 
     std::size_t o_index(int b, int s, int h, int d) const {
         return ((std::size_t(b) * seqlen_q + s) * heads_q + h) * head_dim_v + d;

@@ -52,12 +52,13 @@ double dp(const DenseProblem& p, int b, int h, int i, int j) {
     return dot(&p.dout[p.o_index(b, i, h, 0)], &p.v[p.v_index(b, j, kvh, 0)], p.head_dim_v);
 }
 
-// Row i's scaled scores against its visible keys into s[j - keys.first] and their log-sum-exp (keys not empty): the
-// one softmax of the forward, LSE and backward references.
+// Row i's scaled scores against its visible keys into s[j - keys.first] and their log-sum-exp, the head's sink
+// included (keys not empty, or a sink): the one softmax of the forward, LSE and backward references.
 double row_lse(const DenseProblem& p, int b, int h, int i, KeyRange keys, std::vector<double>& s) {
-    double mx = -kInf, sum = 0;
+    double mx = p.sinks.empty() ? -kInf : p.sinks[h], sum = 0;
     for (int j = keys.first; j < keys.end; ++j) mx = std::max(mx, s[j - keys.first] = score(p, b, h, i, j));
     for (int j = 0; j < keys.size(); ++j) sum += std::exp(s[j] - mx);
+    if (!p.sinks.empty()) sum += std::exp(p.sinks[h] - mx);
     return mx + std::log(sum);
 }
 
@@ -70,7 +71,7 @@ std::vector<double> dense_lse(const DenseProblem& p) {
         for (int h = 0; h < p.heads_q; ++h)
             for (int i = 0; i < p.seqlen_q; ++i) {
                 const KeyRange keys = p.keys(i);
-                if (keys.size() > 0)
+                if (keys.size() > 0 || !p.sinks.empty())
                     out[(std::size_t(b) * p.heads_q + h) * p.seqlen_q + i] = row_lse(p, b, h, i, keys, s);
             }
     return out;
@@ -111,7 +112,7 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         const int b = int(it / p.seqlen_q / p.heads_q);
         const KeyRange keys = p.keys(i);
         const int n = keys.size();
-        if (n == 0) return;  // lse +inf, D 0, dQ row 0
+        if (n == 0 && p.sinks.empty()) return;  // lse +inf, D 0, dQ row 0
         std::vector<double> s(n), pr(n), dpr(n);
         const double lse = row_lse(p, b, h, i, keys, s);
         double delta = 0;
@@ -131,6 +132,17 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
             for (int d = 0; d < p.head_dim_qk; ++d) dq[d] += p.scale * ds * kj[d];
         }
     });
+
+    // The sinks: a key of value zero, whose score's gradient is P_sink * (0 - D) per row (D lowered by dLSE).
+    if (!p.sinks.empty()) {
+        r.dsinks.assign(p.heads_q, 0.0);
+        for (int b = 0; b < p.batch; ++b)
+            for (int h = 0; h < p.heads_q; ++h)
+                for (int i = 0; i < p.seqlen_q; ++i) {
+                    const std::size_t row = st.at(p, b, h, i);
+                    r.dsinks[h] -= std::exp(p.sinks[h] - st.lse[row]) * st.delta[row];
+                }
+    }
 
     // Pass 2, key rows of each KV head: dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i over the group.
     parallel_for((long long)p.batch * p.heads_kv * p.seqlen_k, threads, [&](long long it) {
@@ -161,6 +173,7 @@ DenseProblem dense_from(const ReferenceProblem& p, const HostTensorView& dout) {
     d.heads_q = p.heads_q, d.heads_kv = p.heads_kv, d.head_dim_qk = p.head_dim_qk, d.head_dim_v = p.head_dim_v;
     d.causal = p.causal, d.scale = p.scale;
     d.window_left = p.window_left, d.window_right = p.window_right;
+    d.sinks = p.sinks;
     d.q.resize(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_qk);
     d.k.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_qk);
     d.v.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_v);

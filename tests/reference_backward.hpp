@@ -1,6 +1,7 @@
 // Backward ground truth: dQ, dK, dV of O = softmax(scale Q K^T) V for a given dO (the gradient of any loss whose
 // derivative with respect to O is dO), in float64. GQA: dK and dV are per KV head, summed over the group's query heads.
 // Causal is aligned bottom-right, as the forward; a query that sees no key contributes nothing (its dQ row is zero).
+// Attention sinks: a per-head logit in each row's denominator (a key of value zero), with its gradient dsinks.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -16,6 +17,7 @@ struct DenseProblem {
     int window_left = -1, window_right = -1;  // a sliding window (visible_keys); -1: unbounded
     double scale = 1.0;
     std::vector<double> q, k, v, dout;
+    std::vector<double> sinks;  // [heads_q] sink logits (ReferenceProblem::sinks); empty: none
     // Optional [batch, heads_q, seqlen_q]: the loss's gradient with respect to the forward's LSE (empty: none).
     std::vector<double> dlse;
 
@@ -39,12 +41,13 @@ struct BackwardResult {
     std::vector<double> dq;  // [batch, seqlen_q, heads_q, head_dim_qk]
     std::vector<double> dk;  // [batch, seqlen_k, heads_kv, head_dim_qk]
     std::vector<double> dv;  // [batch, seqlen_k, heads_kv, head_dim_v]
+    std::vector<double> dsinks;  // [heads_q] when the problem has sinks
 };
 
 // O on dense inputs ([batch, seqlen_q, heads_q, head_dim_v]; zero rows for queries that see no key).
 std::vector<double> dense_forward(const DenseProblem& p);
 
-// LSE on dense inputs, [batch, heads_q, seqlen_q] (+inf for queries that see no key).
+// LSE on dense inputs, [batch, heads_q, seqlen_q] (+inf for queries that see no key; sinks: the sink).
 std::vector<double> dense_lse(const DenseProblem& p);
 
 // dQ, dK, dV on dense inputs, over `threads` threads (0: hardware concurrency): one pass over query rows (softmax

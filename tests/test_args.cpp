@@ -123,6 +123,25 @@ TEST_CASE("window bounds: only a local kernel takes them; -1 or more; causal: no
     CHECK(window_bounds(c, 7, -1, 300, 500).right == 0);
 }
 
+TEST_CASE("sinks: a sinks kernel needs them (float32, aligned), any other refuses them, every pass", "[args][sinks]") {
+    for (bool decode : {false, true}) {
+        CAPTURE(decode);
+        auto field = [&](bool sinks, const float* ptr) {
+            Call x = call(128, decode, decode);
+            x.c.sinks = sinks;
+            x.p = rtattn::plan::plan(x.c);
+            x.a.sinks = ptr;
+            return x.field();
+        };
+        const float* some = static_cast<const float*>(at(kBase + 64));
+        CHECK(field(false, nullptr) == "");
+        CHECK(field(false, some) == "sinks");
+        CHECK(field(true, nullptr) == "sinks");
+        CHECK(field(true, some) == "");
+        CHECK(field(true, reinterpret_cast<const float*>(kBase + 66)) == "sinks");
+    }
+}
+
 TEST_CASE("decode calls: query tokens, splits, the workspace and the cache", "[args]") {
     for (bool paged : {false, true}) {
         CAPTURE(paged);
@@ -221,5 +240,26 @@ TEST_CASE("backward calls: tensors, the LSE and the plan's workspace", "[args][b
     CHECK(bad([](rtattn::BackwardArgs& b) { b.workspace = nullptr; }) == "workspace");
     CHECK(bad([&](rtattn::BackwardArgs& b) { b.workspace_bytes = need - 1; }) == "workspace_bytes");
     CHECK(bad([](rtattn::BackwardArgs& b) { b.window_size_left = 16; }) == "window_size_left");  // not a local kernel
+    const float* some = static_cast<const float*>(at(kBase + (std::uintptr_t(10) << 30)));
+    CHECK(bad([&](rtattn::BackwardArgs& b) { b.sinks = some; }) == "sinks");  // not a sinks kernel
+    CHECK(bad([&](rtattn::BackwardArgs& b) { b.dsinks = const_cast<float*>(some); }) == "dsinks");
+    // A sinks kernel: sinks required, dsinks optional, both float32-aligned.
+    c.sinks = true;
+    const auto ps = rtattn::plan::plan_backward(c);
+    auto sink_field = [&](const float* sinks, const float* dsinks) -> std::string {
+        rtattn::BackwardArgs b = a;
+        b.sinks = sinks, b.dsinks = const_cast<float*>(dsinks);
+        try {
+            ps.family->validate_args(ps, c, b, z);
+        } catch (const rtattn::ArgumentError& e) {
+            return e.field();
+        }
+        return "";
+    };
+    CHECK(sink_field(nullptr, nullptr) == "sinks");
+    CHECK(sink_field(some, nullptr) == "");
+    CHECK(sink_field(some, some + 64) == "");
+    CHECK(sink_field(reinterpret_cast<const float*>(kBase + 2), nullptr) == "sinks");
+    CHECK(sink_field(some, reinterpret_cast<const float*>(kBase + 6)) == "dsinks");
     CHECK_THROWS_AS(p.family->check_call(p, c, {0, 64, 64}), rtattn::ArgumentError);
 }

@@ -501,6 +501,10 @@ static void test_decode(void) {
         a.has_window = 1;
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "window_size_left");
         a.has_window = 0, a.window_size_left = -1;
+        /* Sinks on a kernel without them: refused, naming the field. */
+        a.sinks = (const float*)fake;
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "sinks");
+        a.sinks = NULL;
         {
             rtattn_merge_args m;
             rtattn_merge_args_init(&m);

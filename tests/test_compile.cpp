@@ -21,9 +21,10 @@ namespace {
 // Two kv heads by default: packed K/V rows of 16-byte multiples, as most models have (split rows on sm_90a for head
 // dims of 4 mod 8); one head plans what rows 8 bytes off 16 need.
 rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
-                                bool varlen = false, int heads = 2, bool local = false) {
+                                bool varlen = false, int heads = 2, bool local = false, bool sinks = false) {
     AttentionConfig c;
     c.local = local;
+    c.sinks = sinks;
     c.head_dim_qk = d;
     c.num_heads_q = c.num_heads_kv = heads;
     if (dv) c.head_dim_v = dv;
@@ -34,9 +35,10 @@ rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool 
     return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
 }
 rtattn::render::RenderedSource backward_source(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
-                                               bool varlen = false, bool local = false) {
+                                               bool varlen = false, bool local = false, bool sinks = false) {
     AttentionConfig c;
     c.local = local;
+    c.sinks = sinks;
     c.head_dim_qk = d;
     if (dv) c.head_dim_v = dv;
     c.arch = arch;
@@ -52,14 +54,15 @@ struct BuiltBackward {
     std::vector<std::string> entries;
 };
 BuiltBackward build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0, bool varlen = false,
-                             bool local = false) {
-    const auto src = backward_source(d, arch, dt, causal, dv, varlen, local);
+                             bool local = false, bool sinks = false) {
+    const auto src = backward_source(d, arch, dt, causal, dv, varlen, local, sinks);
     return {rtattn::compile::compile(src, arch), src.entries};
 }
 rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt, bool causal, bool paged,
-                                       bool local = false) {
+                                       bool local = false, bool sinks = false) {
     AttentionConfig c;
     c.local = local;
+    c.sinks = sinks;
     c.head_dim_qk = d;
     c.arch = arch;
     c.dtype = dt;
@@ -145,6 +148,32 @@ TEST_CASE("sliding-window kernels compile with 0 spills, forward and backward", 
     for (auto [d, paged] : {std::pair{128, true}, {132, false}}) {
         CAPTURE(d, paged);
         const auto out = build_decode(d, "sm_90a", rtattn::Dtype::fp16, paged, paged, /*local=*/true);
+        INFO("NVRTC log:\n" << out.log);
+        CHECK(out.ptxas.spill_store_bytes == 0);
+        CHECK(out.ptxas.stack_bytes == 0);
+    }
+}
+
+TEST_CASE("attention-sink kernels compile with 0 spills: every forward epilogue, the backward, decode",
+          "[compile][nvrtc][sinks]") {
+    // The sink joins each row's softmax in the epilogues (fwd_mma, fwd_sm90_ws whole, split d132 and shifted d100
+    // rows, persistent d128) and decode's (one split) and combine (several); the backward's postprocess sums dsinks.
+    for (const char* arch : {"sm_80", "sm_90a"})
+        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {256, 2}}) {
+            const bool causal = d != 128, varlen = d == 132;
+            CAPTURE(arch, d, causal, varlen);
+            const auto out = build(d, arch, rtattn::Dtype::bf16, causal, 0, varlen, heads, d == 64, /*sinks=*/true);
+            INFO("NVRTC log:\n" << out.log);
+            CHECK(out.ptxas.spill_store_bytes == 0);
+            CHECK(out.ptxas.stack_bytes == 0);
+            if (d != 128 && d != 256) continue;
+            const auto bwd = build_backward(d, arch, rtattn::Dtype::bf16, causal, 0, varlen, false, /*sinks=*/true);
+            INFO("NVRTC log:\n" << bwd.out.log);
+            check_backward_entries(bwd);
+        }
+    for (auto [d, paged] : {std::pair{128, true}, {132, false}}) {
+        CAPTURE(d, paged);
+        const auto out = build_decode(d, "sm_90a", rtattn::Dtype::fp16, paged, paged, false, /*sinks=*/true);
         INFO("NVRTC log:\n" << out.log);
         CHECK(out.ptxas.spill_store_bytes == 0);
         CHECK(out.ptxas.stack_bytes == 0);

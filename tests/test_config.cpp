@@ -236,6 +236,22 @@ TEST_CASE("local: a boolean, a sliding window for every pass", "[config][local]"
     CHECK_FALSE(AttentionConfig::from_json(R"({"head_dim": 64})").local);
 }
 
+TEST_CASE("sinks: a boolean, for every pass", "[config][sinks]") {
+    AttentionConfig c;
+    c.sinks = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.describe().find("sinks") != std::string::npos);
+    c.varlen = c.causal = c.local = true;
+    CHECK_NOTHROW(c.validate());
+    c.varlen = false, c.paged_kv = c.decode = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(json_error(R"({"head_dim": 64, "sinks": 1})").first == "sinks");
+    const AttentionConfig j = AttentionConfig::from_json(R"({"head_dim": 64, "sinks": true})");
+    CHECK(j.sinks);
+    CHECK(AttentionConfig::from_json(j.to_json()) == j);
+    CHECK_FALSE(AttentionConfig::from_json(R"({"head_dim": 64})").sinks);
+}
+
 // Issue 21: bad input never corrupts memory, hangs or crashes.
 
 TEST_CASE("JSON nested deeper than 64 levels is refused before a value is built, naming json", "[config]") {

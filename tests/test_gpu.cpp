@@ -193,6 +193,31 @@ std::vector<Case> window_cases() {
     return out;
 }
 
+// Attention sinks (config.sinks; the logits are a call argument): every forward family's epilogue (sm_90a: d64/d128/
+// d256 warp-specialized, d100 shifted and d132 split rows, d1 mma.sync), queries fewer and more than keys (causal rows
+// with no key: O = 0, LSE = the sink), with a window, strided layouts, without LSE, and persistent tiles (32 heads).
+std::vector<Case> sink_cases() {
+    std::vector<Case> out;
+    int i = 0;
+    for (int d : {1, 64, 100, 128, 132, 256})
+        for (bool causal : kCausal)
+            for (auto [sq, sk] : {std::pair{300, 500}, {500, 300}})
+                out.push_back({.d_qk = d, .d_v = d, .dtype = i % 3 ? Dtype::bf16 : Dtype::fp16, .causal = causal,
+                               .heads_q = 4, .heads_kv = i++ % 2 ? 2 : 1, .seqlen_q = sq, .seqlen_k = sk,
+                               .layout = i % 4 == 1 ? Layout::padded : Layout::contiguous,
+                               .dist = i % 5 == 0 ? Dist::normal : Dist::uniform, .sinks = true});
+    for (bool causal : kCausal) {
+        out.push_back({.d_qk = 128, .d_v = 128, .causal = causal, .heads_q = 32, .heads_kv = 8, .batch = 3,
+                       .seqlen_q = 1000, .seqlen_k = 1000, .dist = Dist::normal, .sinks = true});
+        out.push_back({.d_qk = 64, .d_v = 64, .causal = causal, .heads_q = 8, .heads_kv = 1, .seqlen_q = 400,
+                       .seqlen_k = 700, .local = true, .window_left = 128, .window_right = causal ? -1 : 0,
+                       .sinks = true});
+        out.push_back({.d_qk = 80, .d_v = 80, .dtype = Dtype::fp16, .causal = causal, .with_lse = false,
+                       .sinks = true});
+    }
+    return out;
+}
+
 std::vector<Case> graph_cases() {
     return {{.d_qk = 128, .d_v = 128, .dtype = Dtype::bf16, .causal = true, .heads_q = 8, .heads_kv = 2},
             {.d_qk = 132, .d_v = 132, .dtype = Dtype::fp16, .causal = false, .layout = Layout::padded}};
@@ -205,7 +230,7 @@ std::vector<Case> error_cases() {
 
 void warm_all_tables() {
     warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), shift_row_cases(), persistent_cases(),
-          scale_cases(), window_cases(), graph_cases(), error_cases()});
+          scale_cases(), window_cases(), sink_cases(), graph_cases(), error_cases()});
 }
 
 }  // namespace
@@ -259,6 +284,13 @@ TEST_CASE("sliding windows: every forward family, window sizes 0, 1, unaligned, 
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     run_table("windows", window_cases());
+}
+
+TEST_CASE("attention sinks: every forward family's epilogue, keyless rows, windows, persistent tiles",
+          "[gpu][sinks]") {
+    SKIP_WITHOUT_GPU();
+    warm_all_tables();
+    run_table("sinks", sink_cases());
 }
 
 namespace {

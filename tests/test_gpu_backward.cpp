@@ -2,9 +2,13 @@
 // finite differences). Each case: fresh random Q, K, V (in the forward suite's layouts) and dO; the forward on the
 // GPU gives O and LSE; dQ, dK, dV are pre-filled with NaN and must be written everywhere (and nowhere else: guards);
 // relative Frobenius error per gradient <= 1e-2 (bf16) / 3e-3 (fp16). Deterministic mode is run twice and compared
-// bitwise. Tagged [gpu]: skipped, visibly, without a GPU.
+// bitwise. Sinks cases also check dsinks (float32, [heads_q]) against the reference's, within the larger of that
+// tolerance and twice the error the exact sum has over the O and LSE the backward is given (the forward's, 16-bit):
+// dsinks sums P_sink * D, D = dO . O, over rows of either sign, so it keeps D's error, which O's rounding sets. Tagged
+// [gpu]: skipped, visibly, without a GPU.
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -35,9 +39,11 @@ struct GradBuffer {
 };
 
 struct GradOutcome {
-    double dq_err = 0, dk_err = 0, dv_err = 0;
+    double dq_err = 0, dk_err = 0, dv_err = 0, dsinks_err = 0;
+    double dsinks_bound = 0;                // twice the error of the exact dsinks over the forward's O and LSE
     std::size_t unwritten = 0, stray = 0, keyless_nonzero = 0;
     std::vector<std::uint16_t> dq, dk, dv;  // the raw results, for the bitwise comparison
+    std::vector<float> dsinks;              // sinks cases: heads_q values and a guard
 };
 
 // The gradients of one buffer against the reference: relative Frobenius error, poison left, guard changed.
@@ -78,6 +84,8 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
     const BackwardKernel bwd = runtime().get_backward(cfg);
     ForwardArgs fa = dev.args(p);
     fwd.forward(fa);
+    sync_legacy_stream();
+    const DeviceResult forward_out = dev.download(p);  // the backward's O and LSE, for dsinks' bound
 
     // dO: random, contiguous.
     const Shape o_shape{c.batch, c.seqlen_q, c.heads_q, c.d_v};
@@ -101,6 +109,9 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
     a.workspace = ws.get(), a.workspace_bytes = ws_bytes;
     a.deterministic = deterministic;
     a.window_size_left = fa.window_size_left, a.window_size_right = fa.window_size_right;
+    // Sinks: the forward's, and dsinks with a poisoned guard after it.
+    driver::DeviceBuffer dsinks((std::size_t(c.heads_q) + kGuard) * 4);
+    if (c.sinks) a.sinks = fa.sinks, a.dsinks = static_cast<float*>(dsinks.get());
     // A gradient into LSE (a loss that uses the returned LSE): random per row, float32.
     std::vector<float> dlse_host(with_dlse ? std::size_t(c.batch) * c.heads_q * c.seqlen_q : 0);
     for (std::size_t i = 0; i < dlse_host.size(); ++i) dlse_host[i] = u(rng);
@@ -112,6 +123,7 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
 
     auto run_once = [&](GradOutcome& out) {
         for (GradBuffer* g : {&dq, &dk, &dv}) g->buf.fill_u16(test::kPoison16);
+        dsinks.fill_u32(test::kPoison32);
         ws.fill_u32(0x7fc00000u);  // the preprocess must initialize what the main kernel reads
         sync_legacy_stream();
         if (graph) {
@@ -142,13 +154,19 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
         }
         sync_legacy_stream();
         out.dq = dq.download(), out.dk = dk.download(), out.dv = dv.download();
+        if (c.sinks) {
+            out.dsinks.resize(std::size_t(c.heads_q) + kGuard);
+            dsinks.download(out.dsinks.data(), out.dsinks.size() * 4);
+        }
     };
     GradOutcome out;
     run_once(out);
     if (deterministic) {
         GradOutcome again;
         run_once(again);
-        if (again.dq != out.dq || again.dk != out.dk || again.dv != out.dv) out.stray += 1000000;  // not bitwise equal
+        if (again.dq != out.dq || again.dk != out.dk || again.dv != out.dv ||
+            std::memcmp(again.dsinks.data(), out.dsinks.data(), out.dsinks.size() * 4) != 0)
+            out.stray += 1000000;  // not bitwise equal
     }
 
     test::ReferenceProblem rp = reference_problem(p);
@@ -161,28 +179,58 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
     out.dk_err = judge_grad(out.dk, dk.count(), ref.dk, c.dtype, out.unwritten, out.stray);
     out.dv_err = judge_grad(out.dv, dv.count(), ref.dv, c.dtype, out.unwritten, out.stray);
     out.keyless_nonzero = keyless_nonzero(c, out.dq);
+    if (c.sinks) {
+        std::vector<double> got(c.heads_q);
+        for (int h = 0; h < c.heads_q; ++h) {
+            out.unwritten += std::bit_cast<std::uint32_t>(out.dsinks[h]) == test::kPoison32;
+            got[h] = out.dsinks[h];
+        }
+        for (std::size_t i = c.heads_q; i < out.dsinks.size(); ++i)
+            out.stray += std::bit_cast<std::uint32_t>(out.dsinks[i]) != test::kPoison32;
+        out.dsinks_err = test::rel_frobenius_floor(got, ref.dsinks, 1e-3);
+        std::vector<double> given(c.heads_q, 0.0);  // the exact sum over the forward's own O and LSE
+        for (int b = 0; b < c.batch; ++b)
+            for (int h = 0; h < c.heads_q; ++h)
+                for (int i = 0; i < c.seqlen_q; ++i) {
+                    const std::size_t row = (std::size_t(b) * c.heads_q + h) * c.seqlen_q + i;
+                    double d = dense.dlse.empty() ? 0.0 : -dense.dlse[row];
+                    for (int e = 0; e < c.d_v; ++e)
+                        d += dense.dout[dense.o_index(b, i, h, e)] *
+                             test::from_bits(forward_out.o_buffer[p.o.index(b, i, h, e)], c.dtype);
+                    given[h] -= std::exp(dense.sinks[h] - double(forward_out.lse[row])) * d;
+                }
+        out.dsinks_bound = 2 * test::rel_frobenius_floor(given, ref.dsinks, 1e-3);
+    }
     return out;
 }
 
 void run_backward_table(const char* name, const std::vector<Case>& cases, bool deterministic = false,
                         bool with_dlse = false) {
     double worst = 0;
-    std::string worst_case;
+    std::string worst_case, worst_sinks_case;
+    std::pair<double, double> worst_sinks{0, 0};  // dsinks error, and its ratio to the bound
     for (const Case& c : cases) {
         const GradOutcome r = run_backward(c, deterministic, false, with_dlse);
         const double tol = grad_tolerance(c.dtype);
-        const bool ok = r.dq_err <= tol && r.dk_err <= tol && r.dv_err <= tol && r.unwritten == 0 && r.stray == 0 &&
-                        r.keyless_nonzero == 0;
-        INFO(fmt::format("{}: {}: dq {:.2e} dk {:.2e} dv {:.2e} (tolerance {:.0e}), unwritten {}, stray {}, "
-                         "nonzero in keyless rows {}{}", name, c.describe(), r.dq_err, r.dk_err, r.dv_err, tol,
-                         r.unwritten, r.stray, r.keyless_nonzero,
+        const bool ok = r.dq_err <= tol && r.dk_err <= tol && r.dv_err <= tol &&
+                        r.dsinks_err <= std::max(tol, r.dsinks_bound) &&
+                        r.unwritten == 0 && r.stray == 0 && r.keyless_nonzero == 0;
+        INFO(fmt::format("{}: {}: dq {:.2e} dk {:.2e} dv {:.2e} dsinks {:.2e} (bound {:.2e}) (tolerance {:.0e}), "
+                         "unwritten {}, stray {}, nonzero in keyless rows {}{}", name, c.describe(), r.dq_err,
+                         r.dk_err, r.dv_err, r.dsinks_err, r.dsinks_bound, tol, r.unwritten, r.stray,
+                         r.keyless_nonzero,
                          r.stray >= 1000000 ? " (deterministic runs differ)" : ""));
         CHECK(ok);
         const double w = std::max({r.dq_err, r.dk_err, r.dv_err});
         if (w > worst) worst = w, worst_case = c.describe();
+        if (c.sinks && r.dsinks_err > worst_sinks.first)
+            worst_sinks = {r.dsinks_err, r.dsinks_err / r.dsinks_bound}, worst_sinks_case = c.describe();
     }
     fmt::print("{}: {} cases{}, worst relative error {:.2e} ({})\n", name, cases.size(),
                deterministic ? " (deterministic, each run twice)" : "", worst, worst_case);
+    if (worst_sinks.first > 0)
+        fmt::print("{}: worst dsinks error {:.2e}, {:.2f}x its bound from the forward's O ({})\n", name,
+                   worst_sinks.first, worst_sinks.second, worst_sinks_case);
 }
 
 }  // namespace
@@ -320,6 +368,35 @@ TEST_CASE("backward: sliding windows, every family, and deterministic turns", "[
         turns.push_back(c);
     }
     run_backward_table("backward windows deterministic", turns, /*deterministic=*/true);
+}
+
+TEST_CASE("backward: attention sinks and their gradient, every family", "[gpu][bwd][sinks]") {
+    SKIP_WITHOUT_GPU();
+    // dsinks from the postprocess over every sequence's rows; keyless causal rows (Sq > Sk: LSE = the sink), a
+    // window, a gradient into LSE, and deterministic runs (the sum's order is fixed). sm_90a: d64/d128 the
+    // warp-specialized kernel, d132 shifted rows, d256 dQ by TMA reductions; d1 the mma.sync kernel.
+    std::vector<Case> cases;
+    int i = 0;
+    for (int d : {1, 64, 100, 128, 132, 256})
+        for (bool causal : {false, true}) {
+            Case c;
+            c.d_qk = c.d_v = d;
+            c.causal = causal;
+            c.dtype = i % 3 ? Dtype::bf16 : Dtype::fp16;
+            c.heads_q = 4, c.heads_kv = i++ % 2 ? 2 : 1;
+            c.seqlen_q = causal ? 500 : 300, c.seqlen_k = causal ? 300 : 500;
+            c.sinks = true;
+            cases.push_back(c);
+        }
+    Case windowed;
+    windowed.d_qk = windowed.d_v = 64, windowed.heads_q = 8, windowed.heads_kv = 1, windowed.sinks = true;
+    windowed.local = true, windowed.window_left = 100, windowed.window_right = 0;
+    windowed.seqlen_q = windowed.seqlen_k = 400;
+    cases.push_back(windowed);
+    run_backward_table("backward sinks", cases);
+    std::vector<Case> more = {cases[3], cases[7]};  // d64 causal, d128 causal
+    run_backward_table("backward sinks with dLSE", more, false, /*with_dlse=*/true);
+    run_backward_table("backward sinks deterministic", more, /*deterministic=*/true);
 }
 
 TEST_CASE("backward: a CUDA graph of forward + backward replays", "[gpu][bwd]") {

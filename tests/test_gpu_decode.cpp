@@ -38,6 +38,7 @@ struct DecodeCase {
     std::vector<int> q_lens;         // prefill: queries per sequence, packed (varlen); empty: seqlen_q each
     bool local = false;              // config.local, and the call's window (-1: unbounded)
     int window_left = -1, window_right = -1;
+    bool sinks = false;              // config.sinks: each query head's sink logit, drawn with the inputs
 
     int batch() const { return int(lens.size()); }
     int queries(int b) const { return q_lens.empty() ? seqlen_q : q_lens[b]; }
@@ -65,6 +66,7 @@ struct DecodeCase {
         c.paged_kv = page_size > 0;
         c.varlen = !q_lens.empty();
         c.local = local;
+        c.sinks = sinks;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -79,7 +81,7 @@ struct DecodeCase {
                            q_lens.empty() ? std::to_string(seqlen_q) : "[" + ql + "]", l,
                            page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
                            num_splits) +
-               (local ? fmt::format(" window({},{})", window_left, window_right) : "");
+               (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -104,6 +106,7 @@ struct DecodeProblem {
     int pages_per_seq = 0;
     int num_pages = 0;                     // paged: the pool's pages
     std::vector<HostSeq> seqs;
+    std::vector<float> sinks;              // sinks cases: [heads_q]
 };
 
 // Paged: the pages on the device are preceded and followed by this many pages of NaN, so a read outside the pool
@@ -176,11 +179,13 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
                 for (int d = 0; d < c.d_v; ++d) p.vc[cache_slot(p, p.v_arg, b, j, h) + d] = rnd();
             }
     read_back_seqs(p);
+    std::uniform_real_distribution<float> sink(-2.f, 8.f);  // below and above log(keys)
+    for (int h = 0; c.sinks && h < c.heads_q; ++h) p.sinks.push_back(sink(rng));
     return p;
 }
 
 // The float64 result: O [total_q, heads_q, d_v] (dense: [batch, seqlen_q, ...]) and LSE in the call's layout
-// (DecodeCase::lse_index; +inf: no key).
+// (DecodeCase::lse_index; +inf: no key; sinks: the sink).
 struct Expected {
     std::vector<double> o, lse;
 };
@@ -192,12 +197,13 @@ Expected reference(const DecodeProblem& p) {
     e.lse.assign(std::size_t(c.total_q()) * c.heads_q, INFINITY);
     for (int b = 0; b < c.batch(); ++b) {
         const int nq = c.queries(b);
-        if (c.lens[b] == 0 || nq == 0) continue;
+        if (nq == 0 || (c.lens[b] == 0 && !c.sinks)) continue;
         test::ReferenceProblem r;
         r.dtype = c.dtype, r.batch = 1, r.seqlen_q = nq, r.seqlen_k = c.lens[b];
         r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
         r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
         r.window_left = c.window_left, r.window_right = c.window_right;
+        r.sinks.assign(p.sinks.begin(), p.sinks.end());
         r.q = {p.q.data() + std::size_t(c.q_row0(b)) * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
                c.d_qk};
         r.k = {p.seqs[b].k.data(), 0, std::int64_t(c.heads_kv) * c.d_qk, c.d_qk};
@@ -211,7 +217,7 @@ Expected reference(const DecodeProblem& p) {
 }
 
 struct DeviceDecode {
-    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q;
+    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q, sinks;
     ForwardArgs args;
 };
 
@@ -239,7 +245,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         if (!host.empty()) buf.upload(host.data(), host.size() * sizeof(host[0]));
         return buf;
     };
-    d.q = put(p.q), d.table = put(p.table), d.lens = put(p.c.lens);
+    d.q = put(p.q), d.table = put(p.table), d.lens = put(p.c.lens), d.sinks = put(p.sinks);
     upload_cache(d, p);
     d.o = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q * c.d_v + kGuard) * 2);
     d.lse = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q + kGuard) * 4);
@@ -269,6 +275,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
     }
     a.num_splits = c.num_splits;
     a.window_size_left = c.window_left, a.window_size_right = c.window_right;
+    if (c.sinks) a.sinks = static_cast<const float*>(d.sinks.get());
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
     a.workspace = d.ws.get(), a.workspace_bytes = ws;
@@ -512,6 +519,34 @@ TEST_CASE("decode and paged prefill with sliding windows: shorter and longer tha
         c.local = true, c.window_left = 90, c.window_right = causal ? 0 : 7;
         run_case(c);
     }
+}
+
+TEST_CASE("decode and paged prefill with attention sinks: splits joined in the combine, empty caches",
+          "[gpu][decode][sinks]") {
+    SKIP_WITHOUT_GPU();
+    // One split (the sink joins in the kernel's epilogue) and several (in the combine); an empty cache (every row the
+    // sink alone); dense and paged caches, several query tokens, a window, rows rotated by key parity (d132).
+    struct Shape {
+        int d, hq, hkv, sq, ps, splits;
+        bool causal, local;
+    };
+    for (const Shape& sh : {Shape{128, 8, 2, 1, 0, 1, true, false}, Shape{128, 8, 2, 1, 16, 0, true, false},
+                            Shape{128, 8, 2, 4, 16, 5, true, true}, Shape{64, 64, 8, 1, 64, 0, false, false},
+                            Shape{132, 16, 1, 3, 0, 2, true, false}, Shape{256, 8, 1, 2, 1, 0, false, true}}) {
+        DecodeCase c;
+        c.d_qk = c.d_v = sh.d;
+        c.heads_q = sh.hq, c.heads_kv = sh.hkv, c.seqlen_q = sh.sq, c.causal = sh.causal;
+        c.page_size = sh.ps, c.num_splits = sh.splits;
+        c.sinks = true;
+        if (sh.local) c.local = true, c.window_left = 150, c.window_right = sh.causal ? -1 : 3;
+        c.lens = {2000, 3, 129, 0, 700};
+        run_case(c);
+    }
+    DecodeCase c;  // the prefill kernel against a paged cache
+    c.prefill = true, c.causal = true, c.page_size = 16, c.sinks = true;
+    c.q_lens = {40, 1, 0, 130};
+    c.lens = {700, 129, 50, 2000};
+    run_case(c);
 }
 
 TEST_CASE("decode: long sequences split many ways", "[gpu][decode]") {

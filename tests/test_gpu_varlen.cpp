@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -31,6 +32,7 @@ struct VarlenCase {
     bool deterministic = false;
     bool local = false;                         // config.local, and the calls' window (-1: unbounded)
     int window_left = -1, window_right = -1;
+    bool sinks = false;  // config.sinks: each query head's sink logit, drawn with the inputs; dsinks checked
 
     int batch() const { return int(lens_q.size()); }
     int total(const std::vector<int>& l) const { return std::accumulate(l.begin(), l.end(), 0); }
@@ -45,6 +47,7 @@ struct VarlenCase {
         c.num_heads_kv = heads_kv;
         c.varlen = true;
         c.local = local;
+        c.sinks = sinks;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -54,11 +57,12 @@ struct VarlenCase {
             for (int x : l) s += fmt::format("{}{}", s.empty() ? "" : ",", x);
             return s;
         };
-        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}", d_qk,
+        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}{}", d_qk,
                            d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
                            causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
                            extra_max, deterministic ? " deterministic" : "",
-                           local ? fmt::format(" window({},{})", window_left, window_right) : "");
+                           local ? fmt::format(" window({},{})", window_left, window_right) : "",
+                           sinks ? " sinks" : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -139,12 +143,13 @@ Offsets offsets(const VarlenCase& c) {
 
 // Sequence b as a reference problem (batch 1) over the packed host tensors.
 test::ReferenceProblem sequence(const VarlenCase& c, const Offsets& off, int b, const Packed& q, const Packed& k,
-                                const Packed& v) {
+                                const Packed& v, const std::vector<float>& sinks = {}) {
     test::ReferenceProblem r;
     r.dtype = c.dtype, r.batch = 1, r.seqlen_q = c.lens_q[b], r.seqlen_k = c.lens_k[b];
     r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
     r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
     r.window_left = c.window_left, r.window_right = c.window_right;
+    r.sinks.assign(sinks.begin(), sinks.end());
     r.q = q.view(off.q[b]), r.k = k.view(off.k[b]), r.v = v.view(off.k[b]);
     return r;
 }
@@ -163,6 +168,11 @@ void run_case(const VarlenCase& c) {
     std::vector<float> lse(lse_n + kGuard);
     driver::DeviceBuffer lse_dev(lse.size() * 4);
     lse_dev.fill_u32(test::kPoison32);
+    std::vector<float> sinks;
+    std::uniform_real_distribution<float> sink(-2.f, 6.f);
+    for (int h = 0; c.sinks && h < c.heads_q; ++h) sinks.push_back(sink(rng));
+    driver::DeviceBuffer sinks_dev(std::max<std::size_t>(sinks.size(), 1) * 4);
+    if (c.sinks) sinks_dev.upload(sinks.data(), sinks.size() * 4);
 
     ForwardArgs a;
     a.q = q.arg(), a.k = k.arg(), a.v = v.arg(), a.o = o.arg();
@@ -173,22 +183,23 @@ void run_case(const VarlenCase& c) {
     a.cu_seqlens_k = static_cast<const std::int32_t*>(off.dk.get());
     a.total_q = tq, a.total_k = tk;
     a.window_size_left = c.window_left, a.window_size_right = c.window_right;
+    if (c.sinks) a.sinks = static_cast<const float*>(sinks_dev.get());
     sync_legacy_stream();
     fwd.forward(a);
     sync_legacy_stream();
     o.download();
     lse_dev.download(lse.data(), lse.size() * 4);
 
-    // Forward: O per sequence; LSE [heads_q, total_q] (+inf where a query sees no key).
+    // Forward: O per sequence; LSE [heads_q, total_q] (+inf where a query sees no key; sinks: the sink).
     Tally to;
     std::vector<double> got_lse, ref_lse;
     std::size_t lse_bad = 0;
     std::vector<test::ReferenceProblem> seqs;
     for (int b = 0; b < c.batch(); ++b) {
-        seqs.push_back(sequence(c, off, b, q, k, v));
+        seqs.push_back(sequence(c, off, b, q, k, v, sinks));
         if (c.lens_q[b] == 0) continue;
         test::ReferenceResult r;
-        if (c.lens_k[b] > 0) {
+        if (c.lens_k[b] > 0 || c.sinks) {
             r = test::reference_forward(seqs.back());
         } else {
             r.o.assign(std::size_t(c.lens_q[b]) * c.heads_q * c.d_v, 0.0);
@@ -234,21 +245,28 @@ void run_case(const VarlenCase& c) {
     b.deterministic = c.deterministic;
     b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = tq, b.total_k = tk;
     b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
+    std::vector<float> dsinks(std::size_t(c.heads_q) + kGuard);
+    driver::DeviceBuffer dsinks_dev(dsinks.size() * 4);
+    if (c.sinks) b.sinks = a.sinks, b.dsinks = static_cast<float*>(dsinks_dev.get());
     auto run = [&] {
         for (Packed* g : {&dq, &dk, &dv}) g->poison();
+        dsinks_dev.fill_u32(test::kPoison32);
         ws.fill_u32(0x7fc00000u);
         sync_legacy_stream();
         bwd.backward(b);
         sync_legacy_stream();
         for (Packed* g : {&dq, &dk, &dv}) g->download();
+        dsinks_dev.download(dsinks.data(), dsinks.size() * 4);
     };
     run();
     Tally tdq, tdk, tdv;
+    std::vector<double> ref_dsinks(c.heads_q, 0.0);  // summed over the sequences (one without keys adds 0)
     for (int s = 0; s < c.batch(); ++s) {
         const int nq = c.lens_q[s], nk = c.lens_k[s];
         test::BackwardResult r;
         if (nq > 0 && nk > 0) {
             r = test::reference_backward(seqs[s], dout.view(off.q[s]));
+            for (int h = 0; c.sinks && h < c.heads_q; ++h) ref_dsinks[h] += r.dsinks[h];
         } else {  // no pair: every gradient of the sequence is zero
             r.dq.assign(std::size_t(nq) * c.heads_q * c.d_qk, 0.0);
             r.dk.assign(std::size_t(nk) * c.heads_kv * c.d_qk, 0.0);
@@ -261,6 +279,16 @@ void run_case(const VarlenCase& c) {
     tdq.padding(dq), tdk.padding(dk), tdv.padding(dv);
     const double tol = c.dtype == Dtype::bf16 ? 1e-2 : 3e-3;
     why = tdq.judge("dQ", tol, 1e-3) + tdk.judge("dK", tol, 1e-3) + tdv.judge("dV", tol, 1e-3);
+    if (c.sinks) {
+        Tally ts;
+        for (int h = 0; h < c.heads_q; ++h) {
+            ts.unwritten += std::bit_cast<std::uint32_t>(dsinks[h]) == test::kPoison32;
+            ts.got.push_back(dsinks[h]), ts.ref.push_back(ref_dsinks[h]);
+        }
+        for (std::size_t i = c.heads_q; i < dsinks.size(); ++i)
+            ts.stray += std::bit_cast<std::uint32_t>(dsinks[i]) != test::kPoison32;
+        why += ts.judge("dsinks", tol, 1e-3);
+    }
     CHECK(why.empty());
     if (!why.empty()) FAIL_CHECK("backward:" << why);
     if (c.deterministic) {
@@ -325,6 +353,27 @@ TEST_CASE("varlen: sliding windows per sequence, forward and backward", "[gpu][v
             for (std::size_t s = 0; s < c.lens_k.size(); s += 2) c.lens_k[s] += 40;  // more keys than queries
             run_case(c);
         }
+}
+
+TEST_CASE("varlen: attention sinks per head, forward and dsinks", "[gpu][varlen][sinks]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(31);
+    // Empty sequences, sequences with queries but no keys (every row the sink alone), one-token ones; with a window.
+    int i = 0;
+    for (int d : {64, 128, 132, 256}) {
+        VarlenCase c;
+        c.d_qk = c.d_v = d;
+        c.causal = i % 2 == 0;
+        c.dtype = i++ % 3 ? Dtype::bf16 : Dtype::fp16;
+        c.sinks = true;
+        c.lens_q = ragged(rng, 4, 1, 300);
+        c.lens_q.insert(c.lens_q.begin() + 1, 0);
+        c.lens_q.push_back(1);
+        c.lens_k = c.lens_q;
+        c.lens_k[2] = 0;  // queries and no key
+        if (d == 128) c.local = true, c.window_left = 50, c.window_right = c.causal ? -1 : 10;
+        run_case(c);
+    }
 }
 
 TEST_CASE("varlen: queries shorter and longer than keys (bottom-right causal), GQA, MQA", "[gpu][varlen]") {

@@ -45,6 +45,24 @@ TEST_CASE("the stub carries the plan as traits", "[render]") {
     for (const auto& h : *r.headers) CHECK(h.text.find("#include <") == std::string::npos);
 }
 
+TEST_CASE("sinks: one trait, the program name and plan words of every pass", "[render][sinks]") {
+    for (bool sinks : {false, true}) {
+        CAPTURE(sinks);
+        AttentionConfig c;
+        c.head_dim_qk = 128, c.causal = true, c.local = true, c.sinks = sinks, c.arch = "sm_90a";
+        const std::string suffix = std::string("_causal_local") + (sinks ? "_sinks" : "");
+        const auto fwd = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+        const auto bwd = rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
+        c.decode = true;
+        const auto dec = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+        for (const auto* r : {&fwd, &bwd, &dec}) {
+            CHECK(r->stub.find(std::string("kSinks = ") + (sinks ? "true;" : "false;")) != std::string::npos);
+            CHECK(r->name.find(suffix + "_sm_90a") != std::string::npos);
+            CHECK(r->stub.find(std::string("\"sinks\":") + (sinks ? "true" : "false")) != std::string::npos);
+        }
+    }
+}
+
 TEST_CASE("the mask is stated once: traits, program name and plan words of every pass", "[render][local]") {
     for (bool causal : {false, true})
         for (bool local : {false, true}) {

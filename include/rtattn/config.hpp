@@ -31,6 +31,7 @@ struct AttentionConfig {
     bool paged_kv = false;              // K and V in a paged cache with a block table (decode, or prefill against the cache)
     bool varlen = false;                // packed sequences of different lengths (cu_seqlens), forward and backward
     bool local = false;                 // a sliding window, its bounds per call (window_size_left/right)
+    bool sinks = false;                 // a learned per-head logit in every softmax denominator (call's sinks)
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }

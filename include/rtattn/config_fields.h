@@ -26,6 +26,7 @@
     X(decode, FLAG)                 \
     X(paged_kv, FLAG)               \
     X(varlen, FLAG)                 \
-    X(local, FLAG)
+    X(local, FLAG)                  \
+    X(sinks, FLAG)
 
 #endif

@@ -92,6 +92,10 @@ typedef struct rtattn_config {
                                 * (window_size_left/right of the forward and backward args); with causal, the right
                                 * bound is 0. Every pass: prefill, varlen, paged prefill, decode (dense or paged), and
                                 * the backward */
+    int32_t sinks;             /* 0 or 1: attention sinks (gpt-oss; vLLM's s_aux): each query head's float32 logit, the
+                                * call's sinks[heads_q], joins every row's softmax denominator as a key whose value
+                                * is zero (a row that sees no key gives O = 0, LSE = its sink); the backward writes
+                                * its gradient, dsinks. Every pass, as local */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -224,6 +228,9 @@ typedef struct rtattn_forward_args {
      * these fields): no window, and both fields must be 0 or -1 (rtattn_forward_args_init sets -1). */
     int32_t has_window;
     int32_t window_size_left, window_size_right;
+    /* Sinks configs (config.sinks) only, and required there: device float32 [heads_q], 4-byte aligned, each query
+     * head's sink logit (in the units of the scaled scores, softmax_scale * q.k). NULL for any other kernel. */
+    const float* sinks;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);
@@ -298,6 +305,11 @@ typedef struct rtattn_backward_args {
     /* The forward's window, as rtattn_forward_args's. */
     int32_t has_window;
     int32_t window_size_left, window_size_right;
+    /* Sinks configs: the forward's sinks (required) and, optionally (NULL: not computed), dsinks: device float32
+     * [heads_q], written (not added to) with the loss's gradient with respect to each sink, summed over the batch and
+     * the rows. NULL for any other kernel. */
+    const float* sinks;
+    float* dsinks;
 } rtattn_backward_args;
 
 RTATTN_API void rtattn_backward_args_init(rtattn_backward_args* args);

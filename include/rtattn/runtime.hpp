@@ -55,6 +55,7 @@ public:
         a.total_q = args.total_q, a.total_k = args.total_k;
         a.num_pages = args.num_pages;
         a.has_window = 1, a.window_size_left = args.window_size_left, a.window_size_right = args.window_size_right;
+        a.sinks = args.sinks;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
     // Merges two attention states of this kernel's dtype and d_v (see MergeArgs) on `stream`: cascade attention's
@@ -127,6 +128,7 @@ public:
         a.cu_seqlens_q = args.cu_seqlens_q, a.cu_seqlens_k = args.cu_seqlens_k;
         a.total_q = args.total_q, a.total_k = args.total_k;
         a.has_window = 1, a.window_size_left = args.window_size_left, a.window_size_right = args.window_size_right;
+        a.sinks = args.sinks, a.dsinks = args.dsinks;
         detail::check(rtattn_kernel_backward(handle_checked(), &a, stream));
     }
     const AttentionConfig& config() const { return state().config; }  // arch resolved

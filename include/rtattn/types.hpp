@@ -108,6 +108,10 @@ struct ForwardArgs {
     // unbounded. Causal kernels take a right bound of 0 (or -1, read as 0). Any other kernel: both -1.
     int window_size_left = -1, window_size_right = -1;
 
+    // Sinks configs (config.sinks) only, and required there: device float32 [heads_q], each query head's sink logit
+    // (in the units of the scaled scores), joining every row's softmax denominator. Null for any other kernel.
+    const float* sinks = nullptr;
+
     // A packed [total, heads, dim] tensor with contiguous rows, for varlen configs.
     static TensorArg packed(const void* ptr, int heads, int dim) {
         return TensorArg{ptr, 0, std::int64_t(heads) * dim, dim};
@@ -155,6 +159,10 @@ struct BackwardArgs {
     const std::int32_t* cu_seqlens_k = nullptr;
     int total_q = 0, total_k = 0;
     int window_size_left = -1, window_size_right = -1;  // local configs: the forward's window (ForwardArgs)
+    // Sinks configs: the forward's sinks (required) and, optionally (null: not computed), dsinks: device float32
+    // [heads_q], written (not added to) with the loss's gradient with respect to each sink, summed over the batch.
+    const float* sinks = nullptr;
+    float* dsinks = nullptr;
 };
 
 // What the planner chose, for `rtattn info` and logging.

@@ -26,7 +26,8 @@ class Config(ctypes.Structure):
     _fields_ = [("struct_size", _size), ("head_dim_qk", _i32), ("has_head_dim_v", _i32), ("head_dim_v", _i32),
                 ("dtype", _i32), ("causal", _i32), ("num_heads_q", _i32), ("num_heads_kv", _i32),
                 ("has_softmax_scale", _i32), ("softmax_scale", _f64), ("arch", _str), ("decode", _i32),
-                ("paged_kv", _i32), ("varlen", _i32), ("local", _i32)]
+                ("paged_kv", _i32), ("varlen", _i32), ("local", _i32),
+                ("sinks", _i32)]
 
 
 LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, _i32, _str)
@@ -63,7 +64,8 @@ class ForwardArgs(ctypes.Structure):
                 ("pages_per_seq", _i32), ("page_size", _i32), ("num_splits", _i32), ("workspace", ctypes.c_void_p),
                 ("workspace_bytes", _size), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
                 ("total_q", _i32), ("total_k", _i32), ("num_pages", _i32),
-                ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32)]
+                ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32),
+                ("sinks", ctypes.c_void_p)]
 
 
 class BackwardArgs(ctypes.Structure):
@@ -72,7 +74,8 @@ class BackwardArgs(ctypes.Structure):
                 ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32), ("workspace", ctypes.c_void_p),
                 ("workspace_bytes", _size), ("deterministic", _i32), ("cu_seqlens_q", ctypes.c_void_p),
                 ("cu_seqlens_k", ctypes.c_void_p), ("total_q", _i32), ("total_k", _i32),
-                ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32)]
+                ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32),
+                ("sinks", ctypes.c_void_p), ("dsinks", ctypes.c_void_p)]
 
 
 class MergeArgs(ctypes.Structure):

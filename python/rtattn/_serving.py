@@ -9,7 +9,6 @@
 Every op is a torch.library custom op with a fake implementation, so torch.compile traces it and CUDA graphs capture
 it; workspaces come from torch's caching allocator."""
 import ctypes
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -17,8 +16,9 @@ import torch
 from . import _lib
 from ._api import MAX_SPLITS, ArgumentError
 from ._convert import INT32_MAX, boolean, fill, integer
-from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _cached, _check_scale, _local, _raw_stream, _tensor,
-                     _window, _window_args)
+from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _bwd_sinks_args, _cached, _check_scale, _check_sinks,
+                     _dsinks_out, _keyless_dsinks, _keyless_lse, _local, _raw_stream, _sinks_args, _sinks_f32,
+                     _sinks_flag, _tensor, _window, _window_args)
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 _DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
@@ -93,7 +93,7 @@ def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
                 cu_seqlens_k=cu_k.data_ptr(), total_q=q.shape[0], total_k=k.shape[0])
 
 
-def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1)):
+def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None):
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
@@ -101,10 +101,13 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1
     if tq == 0 or max_q == 0:
         return o, lse
     if tk == 0 or max_k == 0:  # no sequence has a key: the library's convention for keyless rows
-        return o.zero_(), lse.fill_(math.inf)
-    kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, ("varlen",) + _local(causal, *window))
+        return o.zero_(), _keyless_lse(lse, sinks, (hq, 1))
+    sinks = _sinks_f32(sinks)
+    kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
+                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks))
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), lse.data_ptr()),
-                ArgumentError, **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window))
+                ArgumentError, **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
+                **_sinks_args(sinks))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -113,37 +116,41 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1
 def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
-               window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor]:
+               window_right: int = -1, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     return _on_device(q, _varlen_run, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                      softmax_scale, (window_left, window_right))
+                      softmax_scale, (window_left, window_right), sinks)
 
 
 @_varlen_op.register_fake
 def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                 deterministic, window_left=-1, window_right=-1):
+                 deterministic, window_left=-1, window_right=-1, sinks=None):
     return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
 
 def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, causal, scale, deterministic,
-                         window=(-1, -1)):
+                         window=(-1, -1), sinks=None, want_dsinks=False):
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     dq, dk, dvv = torch.empty_like(q, memory_format=torch.contiguous_format), torch.empty(
         (tk, hkv, d), dtype=q.dtype, device=q.device), torch.empty((tk, hkv, dv), dtype=q.dtype, device=q.device)
-    if tq == 0 or tk == 0 or max_q == 0 or max_k == 0:  # no (query, key) pair: every gradient is zero
-        return dq.zero_(), dk.zero_(), dvv.zero_()
+    dsinks = _dsinks_out(sinks, want_dsinks, hq, q)
+    if tq == 0 or tk == 0 or max_q == 0 or max_k == 0:  # no (query, key) pair: every gradient but the sinks' is zero
+        # max_q 0: the forward computed no row, so no LSE there took a sink.
+        return dq.zero_(), dk.zero_(), dvv.zero_(), _keyless_dsinks(dsinks, dlse if max_q else None, (1,))
+    sinks = _sinks_f32(sinks)
     kernel = _cached("get_backward", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
-                     ("varlen",) + _local(causal, *window))
+                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks))
     batch = cu_q.shape[0] - 1
     workspace = torch.empty(kernel.workspace_bytes(batch, max_q, max_k), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), _packed(dout),
                                   lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _packed(dq),
                                   _packed(dk), _packed(dvv)), ArgumentError, workspace=workspace.data_ptr(),
                 workspace_bytes=workspace.numel(), deterministic=int(deterministic),
-                **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window))
+                **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
+                **_bwd_sinks_args(sinks, dsinks))
     kernel.launch(args, _raw_stream(q.device.index))
-    return dq, dk, dvv
+    return dq, dk, dvv, dsinks
 
 
 @torch.library.custom_op("rtattn::attention_varlen_backward", mutates_args=(), device_types="cuda")
@@ -151,40 +158,47 @@ def _varlen_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                         lse: torch.Tensor, dlse: Optional[torch.Tensor], cu_seqlens_q: torch.Tensor,
                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                         softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
-                        window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The fourth output, dsinks, as rtattn::attention_backward's: float32 [heads_q] or empty.
     if dout.stride(-1) != 1 and dout.shape[-1] > 1:
         dout = dout.contiguous()
     if dlse is not None:
         dlse = dlse.float().contiguous()
     return _on_device(q, _varlen_backward_run, dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k,
-                      max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, (window_left, window_right))
+                      max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, (window_left, window_right),
+                      sinks, want_dsinks)
 
 
 @_varlen_backward_op.register_fake
 def _varlen_backward_fake(dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                          causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+                          causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None,
+                          want_dsinks=False):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            _dsinks_out(sinks, want_dsinks, q.shape[1], q))
 
 
 def _varlen_setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, window_left, window_right = inputs
-    ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k)
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, window_left, window_right, sinks = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k, sinks)
     ctx.sizes = (max_q, max_k, causal, scale, deterministic, window_left, window_right)
     ctx.set_materialize_grads(False)
 
 
 def _varlen_backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    q, k, v, o, lse, cu_q, cu_k, sinks = ctx.saved_tensors
     none = (None,) * 9
     if grad_o is None and grad_lse is None:
-        return (None, None, None) + none
+        return (None, None, None) + none + (None,)
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     max_q, max_k, causal, scale, deterministic, window_left, window_right = ctx.sizes
-    dq, dk, dv = torch.ops.rtattn.attention_varlen_backward(grad_o, q, k, v, o, lse, grad_lse, cu_q, cu_k, max_q,
-                                                            max_k, causal, scale, deterministic, window_left,
-                                                            window_right)
-    return (dq, dk, dv) + none
+    want_dsinks = sinks is not None and ctx.needs_input_grad[12]
+    dq, dk, dv, dsinks = torch.ops.rtattn.attention_varlen_backward(grad_o, q, k, v, o, lse, grad_lse, cu_q, cu_k,
+                                                                    max_q, max_k, causal, scale, deterministic,
+                                                                    window_left, window_right, sinks, want_dsinks)
+    # float32 from the kernels; autograd wants the gradient in the dtype of the sinks given.
+    return (dq, dk, dv) + none + (dsinks.to(sinks.dtype) if want_dsinks else None,)
 
 
 _varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
@@ -193,7 +207,7 @@ _varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
-                     window_size: Tuple[int, int] = (-1, -1)):
+                     window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None):
     """Attention over a packed batch of sequences of different lengths (FlashAttention's flash_attn_varlen_func),
     differentiable.
 
@@ -203,21 +217,23 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     longer sequence past them are not computed). Causal aligns bottom-right per sequence. Returns o [total_q, heads_q,
     head_dim_v] and, with return_lse, the float32 LSE [heads_q, total_q]. The offsets are not checked (they are on the
     device); the kernels clamp them into the tensors, so wrong offsets give wrong rows but no stray memory access.
-    window_size = (left, right): a sliding window per sequence, as rtattn.attention's."""
+    window_size = (left, right): a sliding window per sequence, as rtattn.attention's. sinks: [heads_q] attention
+    sinks, as rtattn.attention's (differentiable; a sequence without keys gives O = 0, LSE = the sink)."""
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale)
+    _check_sinks(sinks, q, q.shape[1])
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
     o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               causal, softmax_scale, deterministic, *window)
+                                               causal, softmax_scale, deterministic, *window, sinks)
     return (o, lse) if return_lse else o
 
 
 # ---- decode from a KV cache ------------------------------------------------------------------------------------------
 
 def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits,
-                 window=(-1, -1)):
+                 window=(-1, -1), sinks=None):
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
@@ -225,12 +241,13 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
     if b == 0 or sq == 0:
         return o, lse
     if max_seqlen_k == 0:
-        return o.zero_(), lse.fill_(math.inf)
+        return o.zero_(), _keyless_lse(lse, sinks, (1, hq, 1))
     # Up to 16 query tokens: the decode kernels (split-KV); more against a paged cache (chunked prefill): the prefill
     # kernel reading pages. A dense cache has the decode kernels only (the library names seqlen_q past 16).
     decode = sq <= _DECODE_MAX_Q or block_table is None
     flags = (("decode",) if decode else ()) + (("paged_kv",) if block_table is not None else ())
-    flags += _local(causal, *window)
+    sinks = _sinks_f32(sinks)
+    flags += _local(causal, *window) + _sinks_flag(sinks)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
     ws_bytes = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
@@ -245,7 +262,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
                 batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
                 seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None, num_splits=num_splits,
                 workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **paged,
-                **_window_args(causal, *window))
+                **_window_args(causal, *window), **_sinks_args(sinks))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -253,14 +270,15 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
 @torch.library.custom_op("rtattn::attention_with_kvcache", mutates_args=(), device_types="cuda")
 def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
-                num_splits: int, window_left: int = -1, window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor]:
+                num_splits: int, window_left: int = -1, window_right: int = -1,
+                sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     return _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
-                      softmax_scale, num_splits, (window_left, window_right))
+                      softmax_scale, num_splits, (window_left, window_right), sinks)
 
 
 @_kvcache_op.register_fake
 def _kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, softmax_scale, num_splits,
-                  window_left=-1, window_right=-1):
+                  window_left=-1, window_right=-1, sinks=None):
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -269,7 +287,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_seqlens: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
                            causal: bool = False, softmax_scale: Optional[float] = None, num_splits: int = 0,
                            max_seqlen_k: Optional[int] = None, return_lse: bool = False,
-                           window_size: Tuple[int, int] = (-1, -1)):
+                           window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None):
     """Decode: 1..16 new query tokens per sequence against each sequence's cached keys (FlashAttention's
     flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first). With a
     paged cache, more query tokens run the prefill kernel against the pages (chunked prefill: the queries are the
@@ -284,7 +302,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     aligns the query tokens bottom-right (speculative decoding). Inference only (no backward). Returns o [batch,
     seqlen_q, heads_q, head_dim_v] (and LSE [batch, heads_q, seqlen_q] with return_lse). window_size = (left,
     right): a sliding window, as rtattn.attention's (each query token's own, its diagonal its position among the
-    sequence's keys); the split-KV count stays the library's choice for the whole cache, its splits cut the window."""
+    sequence's keys); the split-KV count stays the library's choice for the whole cache, its splits cut the window.
+    sinks: [heads_q] attention sinks, as rtattn.attention's (gpt-oss's decode)."""
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
     if cache_seqlens is not None:
@@ -310,13 +329,15 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     # Checked before the op sizes a workspace from it (10**6 splits would ask torch for terabytes).
     num_splits = integer("num_splits", num_splits, ArgumentError, 0, MAX_SPLITS, " (0: the library chooses)")
     _check_scale(causal, softmax_scale)
+    _check_sinks(sinks, q, q.shape[2])
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k_cache, v_cache)):
+    # The sinks too: a model's sinks are parameters that require grad, and a gradient would be dropped silently.
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks)):
         raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
     o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k,
-                                                     causal, softmax_scale, num_splits, *window)
+                                                     causal, softmax_scale, num_splits, *window, sinks)
     return (o, lse) if return_lse else o
 
 

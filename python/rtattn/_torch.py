@@ -108,10 +108,53 @@ def _window_args(causal, window_left, window_right) -> dict:
     return dict(has_window=1, window_size_left=window_left, window_size_right=window_right)
 
 
+def _check_sinks(sinks, q, heads_q: int) -> None:
+    """sinks: None, or one logit per query head on q's device. Any floating dtype is taken (gpt-oss checkpoints keep
+    them in bf16); the kernels read float32, and the gradient comes back in the sinks' own dtype."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise ArgumentError(f"sinks: expected a torch.Tensor of shape ({heads_q},) (one logit per query head) or "
+                            f"None, got {type(sinks).__name__}", "sinks")
+    if not sinks.is_floating_point():
+        raise ArgumentError(f"sinks: dtype {sinks.dtype} is not a floating dtype; give float32 (others are computed "
+                            "in float32)", "sinks")
+    if tuple(sinks.shape) != (heads_q,):
+        raise ArgumentError(f"sinks: shape {tuple(sinks.shape)}; expected ({heads_q},), one logit per query head",
+                            "sinks")
+    if sinks.device != q.device:
+        raise ArgumentError(f"sinks: is on {sinks.device}, q on {q.device}", "sinks")
+
+
+def _sinks_flag(sinks) -> Tuple[str, ...]:
+    return () if sinks is None else ("sinks",)
+
+
+def _sinks_f32(sinks):
+    """What the kernels read: float32 with a unit stride. The usual float32 parameter passes through uncopied; a copy
+    lives until the caller returns, and torch's allocator orders its reuse after the launch on this stream."""
+    if sinks is None or (sinks.dtype == torch.float32 and sinks.is_contiguous()):
+        return sinks
+    return sinks.float().contiguous()
+
+
+def _sinks_args(sinks) -> dict:
+    """The forward's sinks field (a float32 tensor from _sinks_f32), none without sinks (NULL: the struct's zero)."""
+    return {} if sinks is None else dict(sinks=sinks.data_ptr())
+
+
+def _keyless_lse(lse, sinks, head_shape):
+    """The LSE of rows that see no key: +inf, or each head's sink (the only term of its denominator). head_shape:
+    how the sinks broadcast over lse's layout, e.g. (1, heads, 1) for [batch, heads, seqlen]."""
+    if sinks is None:
+        return lse.fill_(math.inf)
+    return lse.copy_(sinks.float().reshape(head_shape).expand_as(lse))
+
+
 def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
             scale: Optional[float], flags: Tuple[str, ...] = ()):
     """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime.
-    flags: the config's fields set to True besides causal ("varlen", "decode", "paged_kv", "local")."""
+    flags: the config's fields set to True besides causal ("varlen", "decode", "paged_kv", "local", "sinks")."""
     runtime = _api._default or _api.default_runtime()
     kernels = runtime.__dict__.setdefault("_torch_kernels", {})
     key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale, flags)
@@ -151,7 +194,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
     (lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
-def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1)):
+def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None):
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -159,62 +202,96 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device) if return_lse else lse_placeholder(q)
     if b == 0 or sq == 0:
         return o, lse
-    if sk == 0:  # every query sees no key: the library's convention for such rows
+    if sk == 0:  # every query sees no key: the library's convention for such rows (with sinks: LSE = the sink)
         o.zero_()
         if return_lse:
-            lse.fill_(math.inf)
+            _keyless_lse(lse, sinks, (1, hq, 1))
         return o, lse
-    kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale, _local(causal, *window))
+    sinks = _sinks_f32(sinks)
+    kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale,
+                     _local(causal, *window) + _sinks_flag(sinks))
     # Sizes through fill(): a stride-0 expand makes a dim of 2**32 + 64 cost no memory, and ctypes would pass it as 64.
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
                                  lse.data_ptr() if return_lse else None),
-                ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk, **_window_args(causal, *window))
+                ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk, **_window_args(causal, *window),
+                **_sinks_args(sinks))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
 
-def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1)):
+def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None):
     _check(q, k, v, causal, softmax_scale)
+    _check_sinks(sinks, q, q.shape[2])
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
-            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window)
-    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window)
+            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks)
+    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks)
 
 
 
 @torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
-                  deterministic: bool, window_left: int = -1, window_right: int = -1
-                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+                  deterministic: bool, window_left: int = -1, window_right: int = -1,
+                  sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     # The op always returns LSE: its backward needs it. `deterministic` is the backward's, kept for it.
-    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right))
+    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right), sinks)
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1):
+def _attention_fake(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None):
     _check(q, k, v, causal, softmax_scale)
+    _check_sinks(sinks, q, q.shape[2])
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
-def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window=(-1, -1)):
-    """Allocates dQ, dK, dV and the workspace (torch's caching allocator) and launches on the current stream."""
+def _dsinks_out(sinks, want_dsinks, heads_q, q) -> torch.Tensor:
+    """The backward ops' fourth output: dsinks [heads_q] where wanted, else an empty tensor (an op's outputs are fixed
+    in number, so "none" is a tensor of no elements). From q.new_empty, so a fake q gives a fake one."""
+    return q.new_empty((heads_q if want_dsinks and sinks is not None else 0,), dtype=torch.float32)
+
+
+def _keyless_dsinks(dsinks, dlse, row_dims) -> torch.Tensor:
+    """dsinks when no row saw a key (or there is no row): LSE = the sink and O = 0 on every row, so d loss / d sink is
+    the rows' dLSE summed. row_dims: dlse's dims other than the heads."""
+    if dsinks.numel():
+        if dlse is None:
+            dsinks.zero_()
+        else:
+            dsinks.copy_(dlse.float().sum(row_dims))
+    return dsinks
+
+
+def _bwd_sinks_args(sinks, dsinks) -> dict:
+    """The backward's sinks fields; dsinks NULL when not wanted, so the kernels skip that reduction."""
+    if sinks is None:
+        return {}
+    return dict(sinks=sinks.data_ptr(), dsinks=dsinks.data_ptr() if dsinks.numel() else None)
+
+
+def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window=(-1, -1), sinks=None,
+                  want_dsinks=False):
+    """Allocates dQ, dK, dV, dsinks and the workspace (torch's caching allocator) and launches on the current
+    stream."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((b, sk, hkv, d), dtype=q.dtype, device=q.device)
     dvv = torch.empty((b, sk, hkv, dv), dtype=q.dtype, device=q.device)
-    if b == 0 or sq == 0 or sk == 0:  # no query or no key: every gradient is zero
-        return dq.zero_(), dk.zero_(), dvv.zero_()
-    kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale, _local(causal, *window))
+    dsinks = _dsinks_out(sinks, want_dsinks, hq, q)
+    if b == 0 or sq == 0 or sk == 0:  # no query or no key: every gradient but the sinks' is zero
+        return dq.zero_(), dk.zero_(), dvv.zero_(), _keyless_dsinks(dsinks, dlse, (0, 2))
+    sinks = _sinks_f32(sinks)
+    kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale,
+                              _local(causal, *window) + _sinks_flag(sinks))
     workspace = torch.empty(kernel.workspace_bytes(b, sq, sk), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
                                   lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq),
                                   _tensor(dk), _tensor(dvv)), ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk,
                 workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), deterministic=int(deterministic),
-                **_window_args(causal, *window))
+                **_window_args(causal, *window), **_bwd_sinks_args(sinks, dsinks))
     kernel.launch(args, _raw_stream(q.device.index))
-    return dq, dk, dvv
+    return dq, dk, dvv, dsinks
 
 
 def _unit_last(name, t):
@@ -228,41 +305,50 @@ def _unit_last(name, t):
 def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                            lse: torch.Tensor, dlse: Optional[torch.Tensor], causal: bool,
                            softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
-                           window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False
+                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The fourth output, dsinks, is float32 [heads_q] given sinks and want_dsinks, else empty: an op's outputs are
+    # fixed in number, and skipping the sinks' reduction is worth a flag where autograd needs no dsinks.
     dout, dlse = _unit_last("dout", dout), _unit_last("dlse", dlse)
     if dlse is not None and dlse.dtype != torch.float32:
         dlse = dlse.float()
     window = (window_left, window_right)
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):
-            return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window)
-    return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window)
+            return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window, sinks,
+                                 want_dsinks)
+    return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window, sinks,
+                         want_dsinks)
 
 
 @_attention_backward_op.register_fake
 def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window_left=-1,
-                             window_right=-1):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+                             window_right=-1, sinks=None, want_dsinks=False):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            _dsinks_out(sinks, want_dsinks, q.shape[2], q))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, window_left, window_right = inputs
+    q, k, v, causal, softmax_scale, deterministic, window_left, window_right, sinks = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, o, lse, sinks)
     ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
     ctx.window = (window_left, window_right)
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, sinks = ctx.saved_tensors
     if grad_o is None and grad_lse is None:
-        return (None,) * 8
+        return (None,) * 9
     if grad_o is None:
         grad_o = torch.zeros_like(o)
-    dq, dk, dv = torch.ops.rtattn.attention_backward(grad_o, q, k, v, o, lse, grad_lse, ctx.causal,
-                                                     ctx.softmax_scale, ctx.deterministic, *ctx.window)
-    return (dq, dk, dv) + (None,) * 5
+    want_dsinks = sinks is not None and ctx.needs_input_grad[8]
+    dq, dk, dv, dsinks = torch.ops.rtattn.attention_backward(grad_o, q, k, v, o, lse, grad_lse, ctx.causal,
+                                                             ctx.softmax_scale, ctx.deterministic, *ctx.window,
+                                                             sinks, want_dsinks)
+    # Computed in float32; returned in the dtype of the sinks given, as autograd wants a leaf's gradient.
+    return (dq, dk, dv) + (None,) * 5 + (dsinks.to(sinks.dtype) if want_dsinks else None,)
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -278,7 +364,7 @@ except ImportError:
     _forward_ad = None
 
 
-def _plain_eager(q, k, v) -> bool:
+def _plain_eager(q, k, v, sinks=None) -> bool:
     """True when nothing but the result is wanted: not tracing (dynamo, export), plain CUDA tensors (no fake or other
     subclass), no autograd graph to record, no forward-mode AD, no functorch transform, no dispatch mode."""
     if torch.compiler.is_compiling() or not (type(q) is torch.Tensor and type(k) is torch.Tensor and
@@ -286,18 +372,20 @@ def _plain_eager(q, k, v) -> bool:
         return False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False
+    if sinks is not None and (type(sinks) is not torch.Tensor or (torch.is_grad_enabled() and sinks.requires_grad)):
+        return False
     if _transforms_active is None or _transforms_active() or _dispatch_modes is None or _dispatch_modes() > 0:
         return False
     return _forward_ad is not None and getattr(_forward_ad, "_current_level", 0) < 0
 
 
-def _refuse_what_the_op_would_drop(q, k, v) -> None:
+def _refuse_what_the_op_would_drop(q, k, v, sinks=None) -> None:
     """The custom op lets forward-mode AD through without a tangent and without an error (measured with torch
     2.11); torch.func transforms are not supported either. There is a backward (reverse mode) only: refuse the rest,
     never drop it."""
     if _forward_ad is not None and getattr(_forward_ad, "_current_level", -1) >= 0:
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if _forward_ad.unpack_dual(t).tangent is not None:
+        for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
+            if t is not None and _forward_ad.unpack_dual(t).tangent is not None:
                 raise NotImplementedError(f"{name}: carries a forward-mode AD tangent; rtattn.attention has a "
                                           "backward (reverse mode, torch.autograd) but no forward-mode derivative")
     if _transforms_active is not None and _transforms_active():
@@ -311,7 +399,7 @@ def _no_lse(q):
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
-              window_size: Tuple[int, int] = (-1, -1)):
+              window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None):
     """Scaled dot-product attention on CUDA tensors in FlashAttention's layout, differentiable.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim]; v: [batch, seqlen_k,
@@ -323,18 +411,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     per KV head); deterministic=True makes them bitwise reproducible run to run, at some cost.
     window_size = (left, right): a sliding window (FlashAttention's local attention): query i sees keys
     i + seqlen_k - seqlen_q - left .. i + seqlen_k - seqlen_q + right, -1 leaving a side unbounded; with causal the
-    right bound is 0. One kernel per config serves every window (the bounds are launch arguments)."""
+    right bound is 0. One kernel per config serves every window (the bounds are launch arguments).
+    sinks: attention sinks (gpt-oss; vLLM's s_aux), a [heads_q] tensor on q's device, float32 (another floating
+    dtype is computed in float32): head h's logit, in the units of the scaled scores, joins every row's softmax
+    denominator as a key whose value is zero. The LSE includes it; a row that sees no key gives O = 0 and LSE = its
+    sink. Differentiable: the sinks' gradient is summed over the batch and the rows."""
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     boolean("causal", causal, ArgumentError)
     window = _window(window_size, causal)
-    if _plain_eager(q, k, v):
+    if _plain_eager(q, k, v, sinks):
         # The same implementation without the dispatcher's round trip through the custom op (about half the
         # per-call host cost; docs/PERFORMANCE.md).
-        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window)
+        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
+        _check_sinks(sinks, q, q.shape[2])
         if not torch.compiler.is_compiling():
-            _refuse_what_the_op_would_drop(q, k, v)
-        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window)
+            _refuse_what_the_op_would_drop(q, k, v, sinks)
+        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window, sinks)
     return (o, lse) if return_lse else o

@@ -1,7 +1,7 @@
 """rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
 packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
-table, shuffled pages, ragged lengths, several splits), cascade attention through merge_states; torch.compile and CUDA
-graph capture of a decode step; argument errors naming the argument."""
+table, shuffled pages, ragged lengths, several splits), sliding windows and attention sinks in each, cascade attention
+through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming the argument."""
 import math
 
 import pytest
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="no GPU tests here: torch is not installed")
 
 import rtattn  # noqa: E402
-from test_torch_gpu import TOL, poison_allocator, rel_err, sdpa_reference  # noqa: E402
+from test_torch_gpu import TOL, make_sinks, poison_allocator, rel_err, sdpa_reference  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -23,12 +23,14 @@ def packed_batch(lens_q, lens_k, hq, hkv, d, dtype, seed):
     return q, k, v, cu(lens_q), cu(lens_k)
 
 
-def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1)):
-    """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence."""
+def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1), sinks=None):
+    """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence (with sinks, sdpa_reference's
+    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks)."""
     os, lses, i, j = [], [], 0, 0
     for lq, lk in zip(lens_q, lens_k):
-        if lq and lk:
-            o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale, window)
+        if lq and (lk or sinks is not None):
+            o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale, window,
+                                    sinks)
             os.append(o[0]), lses.append(lse[0])
         elif lq:
             os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=torch.float64, device="cuda"))
@@ -37,22 +39,32 @@ def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -
     return torch.cat(os), torch.cat(lses, 1)
 
 
-@pytest.mark.parametrize("d, causal, dtype, window", [(128, True, torch.bfloat16, (-1, -1)),
-                                                      (64, False, torch.float16, (-1, -1)),
-                                                      (132, True, torch.bfloat16, (-1, -1)),
-                                                      (80, True, torch.float16, (-1, -1)),
-                                                      (128, True, torch.bfloat16, (50, -1)),
-                                                      (132, False, torch.float16, (20, 3))])
-def test_varlen_forward_and_gradients(d, causal, dtype, window):
+@pytest.mark.parametrize("d, causal, dtype, window, sinks", [(128, True, torch.bfloat16, (-1, -1), False),
+                                                             (64, False, torch.float16, (-1, -1), False),
+                                                             (132, True, torch.bfloat16, (-1, -1), False),
+                                                             (80, True, torch.float16, (-1, -1), False),
+                                                             (128, True, torch.bfloat16, (50, -1), False),
+                                                             (132, False, torch.float16, (20, 3), False),
+                                                             (128, True, torch.bfloat16, (-1, -1), True),
+                                                             (64, False, torch.float16, (-1, -1), True),
+                                                             (132, True, torch.bfloat16, (50, -1), True),
+                                                             (64, False, torch.float16, (20, 3), True)])
+def test_varlen_forward_and_gradients(d, causal, dtype, window, sinks):
     lens_q, lens_k = [37, 0, 300, 1, 129], [37, 5, 300, 64, 129]
+    if sinks:  # rows without keys too: a sequence with none, and 80 queries on 64 keys (causal, windows)
+        lens_q, lens_k = lens_q + [20, 80], lens_k + [0, 64]
     q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, d, dtype, seed=d)
     scale = 1 / math.sqrt(d)
     poison_allocator(1 << 24)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    o, lse = rtattn.attention_varlen(*leaves, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True,
-                                     window_size=window)
     ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref_o, ref_lse = per_sequence_reference(*ref_leaves, lens_q, lens_k, causal, scale, window)
+    if sinks:
+        leaves.append(make_sinks(8, d).requires_grad_())
+        ref_leaves.append(leaves[3].detach().double().requires_grad_())
+    o, lse = rtattn.attention_varlen(*leaves[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                     return_lse=True, window_size=window, sinks=leaves[3] if sinks else None)
+    ref_o, ref_lse = per_sequence_reference(*ref_leaves[:3], lens_q, lens_k, causal, scale, window,
+                                            ref_leaves[3] if sinks else None)
     assert rel_err(o, ref_o) < TOL[dtype]
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isinf(lse), ~finite)
@@ -70,9 +82,17 @@ def test_varlen_under_torch_compile_and_errors():
                       fullgraph=True)
     eager = rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True)
     assert torch.equal(f(q, k, v), eager)
+    sinks = make_sinks(4, 3)
+    f = torch.compile(lambda q, k, v, s: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True, sinks=s),
+                      fullgraph=True)
+    assert torch.equal(f(q, k, v, sinks), rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True,
+                                                                  sinks=sinks))
     with pytest.raises(rtattn.ArgumentError) as e:
         rtattn.attention_varlen(q, k, v, cu_q.long(), cu_k, 100, 100)
     assert e.value.field == "cu_seqlens_q"
+    with pytest.raises(rtattn.ArgumentError, match="one logit per query head") as e:
+        rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, sinks=sinks[:2])
+    assert e.value.field == "sinks"
     with pytest.raises(rtattn.ArgumentError) as e:
         rtattn.attention_varlen(q, k, v, cu_q, cu_k, 200, 100)  # above total_q: the library names it
     assert e.value.field == "seqlen_q"
@@ -106,24 +126,32 @@ def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
     return q, kc, vc, seqlens, table, ks, vs
 
 
-@pytest.mark.parametrize("page_size, causal, sq, window", [(0, False, 1, (-1, -1)), (16, False, 1, (-1, -1)),
-                                                           (1, False, 1, (-1, -1)), (16, True, 4, (-1, -1)),
-                                                           (64, True, 2, (-1, -1)), (16, True, 100, (-1, -1)),
-                                                           (1, False, 40, (-1, -1)), (16, True, 1, (128, -1)),
-                                                           (0, False, 3, (40, 1)), (16, True, 100, (70, 0))])
-def test_decode_from_a_kv_cache(page_size, causal, sq, window):
+@pytest.mark.parametrize("page_size, causal, sq, window, sinks", [
+    (0, False, 1, (-1, -1), False), (16, False, 1, (-1, -1), False), (1, False, 1, (-1, -1), False),
+    (16, True, 4, (-1, -1), False), (64, True, 2, (-1, -1), False), (16, True, 100, (-1, -1), False),
+    (1, False, 40, (-1, -1), False), (16, True, 1, (128, -1), False), (0, False, 3, (40, 1), False),
+    (16, True, 100, (70, 0), False),
+    (0, False, 1, (-1, -1), True), (16, False, 1, (-1, -1), True), (0, True, 4, (-1, -1), True),
+    (16, True, 3, (128, -1), True), (16, True, 100, (-1, -1), True), (64, True, 100, (70, 0), True)])
+def test_decode_from_a_kv_cache(page_size, causal, sq, window, sinks):
     lens = [1000, 5, 333, 2048, 77]
+    if sinks:  # a sequence with no cached key: O = 0 and LSE = the sinks
+        lens.append(0)
     q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, page_size, 32, 8, 128, torch.bfloat16, sq, seed=page_size)
+    s = make_sinks(32, page_size + sq) if sinks else None
     with torch.no_grad():
         o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True,
-                                               window_size=window)
-        # A fixed split count (decode), or the chunked prefill's 0.
+                                               window_size=window, sinks=s)
+        # A fixed split count (decode), or the chunked prefill's 0; and one split.
         o3 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=3 if sq <= 16 else 0,
-                                           window_size=window)
+                                           window_size=window, sinks=s)
+        o1 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=1,
+                                           window_size=window, sinks=s)
     for i, n in enumerate(lens):
-        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128), window)
+        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128), window, s)
         assert rel_err(o[i:i + 1], ref_o) < TOL[torch.bfloat16]
         assert rel_err(o3[i:i + 1], ref_o) < TOL[torch.bfloat16]
+        assert rel_err(o1[i:i + 1], ref_o) < TOL[torch.bfloat16]
         finite = torch.isfinite(ref_lse)  # a chunk longer than its keys: early rows see none (LSE +inf)
         assert torch.equal(torch.isinf(lse[i:i + 1]), ~finite)
         assert (lse[i:i + 1][finite].double() - ref_lse[finite]).abs().max().item() < 1e-3
@@ -160,7 +188,10 @@ def test_decode_errors_name_the_argument():
         for kwargs, field in [(dict(cache_seqlens=seqlens.long()), "cache_seqlens"),
                               (dict(block_table=table.long()), "block_table"),
                               (dict(block_table=table, max_seqlen_k=10 ** 6), "max_seqlen_k"),
-                              (dict(block_table=table, num_splits=200), "num_splits")]:
+                              (dict(block_table=table, num_splits=200), "num_splits"),
+                              (dict(block_table=table, sinks=torch.zeros(2, device="cuda")), "sinks"),
+                              (dict(block_table=table, sinks=torch.zeros(4, device="cuda", dtype=torch.int64)),
+                               "sinks")]:
             with pytest.raises(rtattn.ArgumentError) as e:
                 rtattn.attention_with_kvcache(q, kc, vc, **kwargs)
             assert e.value.field == field, kwargs
@@ -170,6 +201,8 @@ def test_decode_errors_name_the_argument():
         with pytest.raises(rtattn.ArgumentError) as e:
             rtattn.attention_with_kvcache(q17, kcd, vcd, seqlens)
         assert e.value.field == "seqlen_q"
+    with pytest.raises(NotImplementedError):  # a model's sinks require grad: no gradient dropped silently
+        rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, sinks=make_sinks(4, 1).requires_grad_())
     with pytest.raises(NotImplementedError):
         rtattn.attention_with_kvcache(q.requires_grad_(), kc, vc, seqlens, table)
 

@@ -1,5 +1,6 @@
 """rtattn.attention on the GPU against torch.nn.functional.scaled_dot_product_attention in float64: head dims 1..256
-(72, 100, 132, 200 among them), GQA/MQA, causal with seqlen_q != seqlen_k, strided views, LSE; every output element
+(72, 100, 132, 200 among them), GQA/MQA, causal with seqlen_q != seqlen_k, strided views, LSE, sliding windows,
+attention sinks (against an explicit float64 softmax with the sink as one more column); every output element
 written (the allocator is poisoned with NaN first); torch.compile(fullgraph=True); CUDA graph capture and replay;
 argument errors naming the argument."""
 import math
@@ -35,14 +36,17 @@ def window_mask(sq, sk, causal, window, device):
     return mask
 
 
-def sdpa_reference(q, k, v, causal, scale, window=(-1, -1)):
+def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None):
     """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right, a sliding window as
-    window_mask's; rows that see no key give O = 0 and LSE = +inf (the library's convention, as FlashAttention's)."""
+    window_mask's; rows that see no key give O = 0 and LSE = +inf (the library's convention, as FlashAttention's).
+    sinks ([heads_q]): see sinks_reference."""
     b, sq, hq, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
     kd, vd = kd.repeat_interleave(hq // hkv, 1), vd.repeat_interleave(hq // hkv, 1)
     mask = window_mask(sq, sk, causal, window, q.device)
+    if sinks is not None:
+        return sinks_reference(qd, kd, vd, mask, scale, sinks)
     # Rows without keys would be NaN in SDPA: they see key 0 there, and are replaced below.
     o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=None if mask is None else mask | ~mask.any(-1, True),
                                        scale=scale)
@@ -54,6 +58,27 @@ def sdpa_reference(q, k, v, causal, scale, window=(-1, -1)):
     o = torch.where(empty[..., None], torch.zeros_like(o), o)
     lse = torch.where(empty, torch.full_like(lse, math.inf), lse)
     return o.transpose(1, 2), lse
+
+
+def sinks_reference(qd, kd, vd, mask, scale, sinks):
+    """Attention sinks spelt out (no SDPA takes them): each head's sink is one more score column, a key whose value
+    is zero, so it joins the softmax's denominator and the LSE and is dropped before P V. A row that sees no key
+    gives O = 0 and LSE = its sink, with no special case. float64 [batch, heads, seq, dim] in; the layouts of
+    sdpa_reference out. Differentiable in every input, the sinks too."""
+    b, hq, sq, _ = qd.shape
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    s = torch.cat([s, sinks.double().view(1, hq, 1, 1).expand(b, hq, sq, 1)], -1)
+    o = torch.softmax(s, -1)[..., :-1] @ vd
+    return o.transpose(1, 2), torch.logsumexp(s, -1)
+
+
+def make_sinks(hq, seed, dtype=torch.float32):
+    """Sinks from -1 to 8: a row over a few hundred keys has an LSE of about 6, so some heads' sinks barely count and
+    others take most of the weight."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.rand(hq, device="cuda", generator=g) * 9 - 1).to(dtype)
 
 
 def rel_err(x, ref):
@@ -74,13 +99,14 @@ def make(b, sq, sk, hq, hkv, d, dv, dtype, seed):
     return q, k, v
 
 
-def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1)):
+def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1), sinks=None):
     dtype = dtype or q.dtype
     eff = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     poison_allocator(q.shape[0] * q.shape[1] * q.shape[2] * v.shape[3] * 2 + q.shape[0] * q.shape[2] * q.shape[1] * 4)
-    o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True, window_size=window)
+    o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True, window_size=window,
+                              sinks=sinks)
     torch.cuda.synchronize()
-    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window)
+    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window, sinks)
     assert o.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3]) and o.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an element was not written (NaN poison)"
@@ -235,6 +261,8 @@ def test_meta_tensors_give_shapes():
     v = torch.empty(2, 20, 2, 100, device="meta", dtype=torch.bfloat16)
     o, lse = rtattn.attention(q, k, v, return_lse=True)
     assert o.shape == (2, 10, 8, 100) and lse.shape == (2, 8, 10) and o.device.type == "meta"
+    o, lse = rtattn.attention(q, k, v, return_lse=True, sinks=torch.empty(8, device="meta"))
+    assert o.shape == (2, 10, 8, 100) and lse.shape == (2, 8, 10) and o.device.type == "meta"
 
 
 def test_the_op_and_the_eager_path_agree():
@@ -245,6 +273,10 @@ def test_the_op_and_the_eager_path_agree():
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
     with torch.inference_mode():
         assert torch.equal(rtattn.attention(q, k, v, causal=True), o)
+    sinks = make_sinks(6, 31)
+    o, lse = rtattn.attention(q, k, v, causal=True, return_lse=True, sinks=sinks)
+    o2, lse2 = torch.ops.rtattn.attention(q, k, v, True, None, False, -1, -1, sinks)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
 
 
 def test_what_is_recorded_or_transformed_is_never_silently_dropped():
@@ -252,10 +284,13 @@ def test_what_is_recorded_or_transformed_is_never_silently_dropped():
     with a result that silently lacks its tangent or gradient."""
     from torch.autograd import forward_ad
     q, k, v = make(1, 32, 32, 2, 2, 64, 64, torch.bfloat16, seed=32)
+    sinks = make_sinks(2, 32)
     with forward_ad.dual_level():
         dual = forward_ad.make_dual(q, torch.randn_like(q))
         with pytest.raises(NotImplementedError, match="q: carries a forward-mode AD tangent"):
             rtattn.attention(dual, k, v)
+        with pytest.raises(NotImplementedError, match="sinks: carries a forward-mode AD tangent"):
+            rtattn.attention(q, k, v, sinks=forward_ad.make_dual(sinks, torch.randn_like(sinks)))
         assert rtattn.attention(q, k, v).shape == q.shape  # no tangent anywhere: runs
     with pytest.raises(NotImplementedError):
         torch.func.grad(lambda x: rtattn.attention(x, k, v).float().sum())(q)
@@ -265,40 +300,44 @@ def test_what_is_recorded_or_transformed_is_never_silently_dropped():
         torch.func.vmap(lambda x: rtattn.attention(x, k, v))(q[None])
 
 
-def sdpa_grads(q, k, v, do, causal, scale, dlse=None, window=(-1, -1)):
-    """dQ, dK, dV of float64 SDPA (the reference above) by torch.autograd."""
-    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
-    o, lse = sdpa_reference(qd, kd, vd, causal, scale, window)
+def sdpa_grads(q, k, v, do, causal, scale, dlse=None, window=(-1, -1), sinks=None):
+    """dQ, dK, dV of float64 SDPA (the reference above) by torch.autograd; and dsinks, given sinks."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    if sinks is not None:
+        leaves.append(sinks.detach().double().requires_grad_())
+    o, lse = sdpa_reference(*leaves[:3], causal, scale, window, leaves[3] if sinks is not None else None)
     loss = (o * do.double()).sum()
     if dlse is not None:
         finite = torch.isfinite(lse)
         loss = loss + (torch.where(finite, lse, torch.zeros_like(lse)) * dlse.double()).sum()
-    return torch.autograd.grad(loss, (qd, kd, vd))
+    return torch.autograd.grad(loss, leaves)
 
 
 def check_grads(b, sq, sk, hq, hkv, d, dv, dtype, causal, seed, deterministic=False, with_dlse=False,
-                window=(-1, -1)):
+                window=(-1, -1), sinks=None):
+    """Gradients against float64 SDPA's; sinks that require grad are checked too (dsinks, in the sinks' dtype)."""
     q, k, v = (t.requires_grad_() for t in make(b, sq, sk, hq, hkv, d, dv, dtype, seed))
     g = torch.Generator(device="cuda").manual_seed(seed + 1)  # the same dO for the same seed: runs compare bitwise
     do = torch.randn(b, sq, hq, dv, device="cuda", dtype=dtype, generator=g)
     dlse = torch.randn(b, hq, sq, device="cuda", generator=g) if with_dlse else None
     poison_allocator(4 * (q.numel() + k.numel() + v.numel()) + 8 * b * hq * sq * (d + 16))
     o, lse = rtattn.attention(q, k, v, causal=causal, return_lse=True, deterministic=deterministic,
-                              window_size=window)
+                              window_size=window, sinks=sinks)
     outs, grads_in = [o], [do]
     if with_dlse:
         outs.append(lse)
         grads_in.append(dlse)
-    dq, dk, dv_ = torch.autograd.grad(outs, (q, k, v), grads_in)
+    leaves = (q, k, v) + ((sinks,) if sinks is not None and sinks.requires_grad else ())
+    grads = torch.autograd.grad(outs, leaves, grads_in)
     torch.cuda.synchronize()
-    ref = sdpa_grads(q, k, v, do, causal, 1 / math.sqrt(d), dlse, window)
+    ref = sdpa_grads(q, k, v, do, causal, 1 / math.sqrt(d), dlse, window, sinks)
     tol = {torch.bfloat16: 1e-2, torch.float16: 3e-3}[dtype]
-    for name, got, want in (("dq", dq, ref[0]), ("dk", dk, ref[1]), ("dv", dv_, ref[2])):
-        assert got.shape == want.shape and got.dtype == dtype, name
+    for name, got, want, leaf in zip(("dq", "dk", "dv", "dsinks"), grads, ref, leaves):
+        assert got.shape == want.shape and got.dtype == leaf.dtype, name
         assert not torch.isnan(got).any(), f"{name}: NaN (an element was not written, or a keyless row)"
         err = ((got.double() - want).norm() / want.norm().clamp_min(1e-3 * math.sqrt(want.numel()))).item()
         assert err < tol, f"{name}: relative Frobenius error {err:.2e}"
-    return dq, dk, dv_
+    return grads
 
 
 @pytest.mark.parametrize("d, dv, dtype, causal, heads, sq, sk", [
@@ -326,6 +365,79 @@ def test_sliding_window_matches_sdpa(d, causal, window):
                                                (256, False, (-1, 9))])
 def test_sliding_window_gradients(d, causal, window):
     check_grads(2, 300, 200, 4, 2, d, d, torch.bfloat16, causal, seed=d, window=window)
+
+
+@pytest.mark.parametrize("d", [64, 128, 132])
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (100, 37)), (True, (16, -1))])
+def test_sinks_match_float64(d, causal, window):
+    # 300 queries on 500 keys, GQA 4:1; 500 on 300, MQA, where causal and the windows leave rows without keys.
+    check(*make(2, 300, 500, 8, 2, d, d, torch.bfloat16, seed=d), causal=causal, window=window,
+          sinks=make_sinks(8, d))
+    check(*make(1, 500, 300, 4, 1, d, d, torch.float16, seed=d + 7), causal=causal, window=window,
+          sinks=make_sinks(4, d + 7))
+
+
+def test_sinks_rows_without_keys_give_zero_and_the_sink():
+    q, k, v = make(2, 300, 100, 4, 2, 64, 64, torch.bfloat16, seed=41)
+    sinks = make_sinks(4, 41)
+    o, lse = rtattn.attention(q, k, v, causal=True, return_lse=True, sinks=sinks)
+    # Causal bottom-right: query i sees keys up to i - 200, so rows 0..199 see none.
+    assert torch.count_nonzero(o[:, :200]) == 0
+    torch.testing.assert_close(lse[:, :, :200], sinks[None, :, None].expand(2, 4, 200), rtol=0, atol=1e-4)
+    # No key at all (seqlen_k 0, answered in Python): the same.
+    q, k, v = make(2, 16, 0, 4, 2, 64, 64, torch.bfloat16, seed=42)
+    o, lse = rtattn.attention(q, k, v, return_lse=True, sinks=sinks)
+    assert torch.count_nonzero(o) == 0 and torch.equal(lse, sinks[None, :, None].expand(2, 4, 16))
+    # Its gradient: LSE = the sink on every row, so dsinks is dLSE summed over the batch and the rows.
+    s = sinks.clone().requires_grad_()
+    dlse = torch.randn(2, 4, 16, device="cuda")
+    _, lse = rtattn.attention(q, k, v, return_lse=True, sinks=s)
+    (dsinks,) = torch.autograd.grad(lse, s, dlse)
+    torch.testing.assert_close(dsinks, dlse.sum((0, 2)))
+
+
+@pytest.mark.parametrize("d, causal, window, heads, with_dlse", [
+    (64, False, (-1, -1), (4, 4), False),
+    (132, True, (-1, -1), (8, 2), True),    # GQA 4:1; 300 queries on 200 keys: rows without keys; dLSE too
+    (128, False, (50, 20), (4, 2), False),
+    (64, True, (37, -1), (4, 1), True),     # MQA, a window
+    (256, True, (-1, -1), (2, 1), False),
+])
+def test_sinks_gradients(d, causal, window, heads, with_dlse):
+    check_grads(2, 300, 200, heads[0], heads[1], d, d, torch.bfloat16, causal, seed=d, with_dlse=with_dlse,
+                window=window, sinks=make_sinks(heads[0], d).requires_grad_())
+
+
+def test_sinks_in_other_dtypes_and_layouts_and_without_their_gradient():
+    # bf16 sinks (as a checkpoint may hold them) are computed in float32 and get a bf16 gradient; the same values in
+    # float32, or a strided view of them, give the same output bit for bit.
+    sinks = make_sinks(4, 43, torch.bfloat16)
+    q, k, v = make(2, 150, 170, 4, 2, 132, 132, torch.bfloat16, seed=43)
+    o = rtattn.attention(q, k, v, causal=True, sinks=sinks)
+    assert torch.equal(o, rtattn.attention(q, k, v, causal=True, sinks=sinks.float()))
+    strided = torch.stack([sinks.float(), torch.zeros_like(sinks.float())], 1)[:, 0]
+    assert not strided.is_contiguous() and torch.equal(o, rtattn.attention(q, k, v, causal=True, sinks=strided))
+    check_grads(2, 150, 170, 4, 2, 132, 132, torch.bfloat16, True, seed=43, sinks=sinks.clone().requires_grad_())
+    # Sinks that need no gradient: dq, dk, dv alone (the backward is told to skip dsinks).
+    check_grads(2, 150, 170, 4, 2, 132, 132, torch.bfloat16, True, seed=44, with_dlse=True, sinks=sinks.float())
+
+
+def test_sinks_training_step_under_torch_compile_fullgraph():
+    """Both ops' fake implementations with sinks (the backward's fourth output, dsinks) traced; gradients, the
+    sinks' among them, equal to eager's."""
+    q, k, v = make(2, 256, 256, 8, 2, 64, 64, torch.bfloat16, seed=51)
+    sinks = make_sinks(8, 51)
+
+    def loss_fn(q, k, v, s):
+        return rtattn.attention(q, k, v, causal=True, sinks=s).float().square().mean()
+
+    grads = []
+    for fn in (loss_fn, torch.compile(loss_fn, fullgraph=True)):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
+        fn(*leaves).backward()
+        grads.append([t.grad for t in leaves])
+    for a, b in zip(*grads):
+        assert b is not None and (a.double() - b.double()).norm() <= 1e-2 * a.double().norm()
 
 
 def test_gradient_through_the_returned_lse():
@@ -401,6 +513,14 @@ def test_argument_errors_name_the_argument():
     bad(lambda: rtattn.attention(q, k, v, window_size=(-2, 0)), "window_size", "out of range")
     bad(lambda: rtattn.attention(q, k, v, window_size=4), "window_size", "left, right")
     bad(lambda: rtattn.attention(q, k, v, causal=True, window_size=(8, 3)), "window_size", "causal")
+    bad(lambda: rtattn.attention(q, k, v, sinks=torch.zeros(3, device="cuda")), "sinks", r"shape \(3,\)")
+    bad(lambda: rtattn.attention(q, k, v, sinks=torch.zeros(4, 1, device="cuda")), "sinks", "one logit per query head")
+    bad(lambda: rtattn.attention(q, k, v, sinks=torch.zeros(4)), "sinks", "is on cpu")
+    bad(lambda: rtattn.attention(q, k, v, sinks=torch.zeros(4, dtype=torch.int32, device="cuda")), "sinks", "floating")
+    bad(lambda: rtattn.attention(q, k, v, sinks=[0.0] * 4), "sinks", "torch.Tensor")
+    # Through the custom op (q needs a gradient): the same check.
+    bad(lambda: rtattn.attention(q.detach().requires_grad_(), k, v, sinks=torch.zeros(5, device="cuda")), "sinks",
+        "shape")
     # What only the library can see (alignment for this kernel's vector width) comes back named too.
     base = torch.zeros(2, 64, 4, 136, device="cuda", dtype=torch.bfloat16)
     bad(lambda: rtattn.attention(base[..., 2:134], k, v), "q.ptr", "aligned")

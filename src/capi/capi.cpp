@@ -416,6 +416,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.cu_seqlens_q = a.cu_seqlens_q, f.cu_seqlens_k = a.cu_seqlens_k, f.total_q = a.total_q, f.total_k = a.total_k;
         f.num_pages = a.num_pages;
         window_of(a, f);
+        f.sinks = a.sinks;
         k.forward(f, stream);
     });
 }
@@ -529,6 +530,7 @@ rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const
         b.deterministic = a.deterministic != 0;
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         window_of(a, b);
+        b.sinks = a.sinks, b.dsinks = a.dsinks;
         k.backward(b, stream);
     });
 }

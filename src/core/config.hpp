@@ -35,6 +35,9 @@ struct AttentionConfig {
     // local: a sliding window (FlashAttention's local attention); its bounds are the call's window_size_left/right
     // (run-time values: one kernel serves every window). With causal the right bound is 0.
     bool local = false;
+    // sinks: attention sinks (gpt-oss; vLLM's s_aux): each query head's fp32 logit, the call's sinks[heads_q], joins
+    // every row's softmax denominator (a key with a zero value); the backward gives its gradient dsinks.
+    bool sinks = false;
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const;  // the effective softmax scale

@@ -148,6 +148,21 @@ void check_window(const AttentionConfig& c, int left, int right) {
                                                              right));
 }
 
+void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsinks) {
+    if (!c.sinks) {
+        for (const auto& [field, ptr] : {std::pair{"sinks", sinks}, std::pair{"dsinks", dsinks}})
+            if (ptr)
+                throw ArgumentError(field, "given, but the kernel has no sinks (config.sinks = 0): pass null, or build "
+                                           "the kernel with sinks = 1");
+        return;
+    }
+    if (!sinks)
+        throw ArgumentError("sinks", "is null; a sinks kernel needs each query head's sink logit (device float32 "
+                                     "[heads_q])");
+    for (const auto& [field, ptr] : {std::pair{"sinks", sinks}, std::pair{"dsinks", dsinks}})
+        if (!aligned(ptr, 4)) throw ArgumentError(field, "must be 4-byte aligned (float32)");
+}
+
 Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q, int seqlen_k) {
     if (!c.local) return {0, 0};
     Window w;
@@ -158,6 +173,7 @@ Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q
 
 Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
     check_window(c, a.window_size_left, a.window_size_right);
+    check_sinks(c, a.sinks);
     const Packing packing{a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k};
     const Rows rows = p.paged_kv ? check_packing(c.varlen, true, packing, a.batch, a.seqlen_q, a.seqlen_k,
                                                  {{"q", &a.q}, {"o", &a.o}})

@@ -57,6 +57,9 @@ void check_cache(const plan::KernelPlan& p, const AttentionConfig& c, const Forw
 // A call's window bounds (window_size_left / right: -1 unbounded, else 0 or more; FlashAttention's convention): only
 // a local kernel takes any but (-1, -1), and a causal one no right bound past 0.
 void check_window(const AttentionConfig& c, int left, int right);
+// A call's sinks (and the backward's dsinks, null for a forward): a sinks kernel needs sinks (float32, 4-byte
+// aligned; dsinks optional), any other takes neither.
+void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsinks = nullptr);
 // The bounds as the kernels hold them (common/mask.cuh): an unbounded side, or one past every key it could bound,
 // becomes the longest sequence's size (seqlen_k on the left, seqlen_q on the right), which bounds nothing; causal: a
 // right bound of 0.

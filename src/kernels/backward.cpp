@@ -25,6 +25,7 @@ void BackwardFamily::validate_args(const plan::BackwardPlan& p, const AttentionC
                                    const CallSizes& z) const {
     check_call(p, c, z);
     check_window(c, a.window_size_left, a.window_size_right);
+    check_sinks(c, a.sinks, a.dsinks);
     const int hq = c.num_heads_q, hkv = c.num_heads_kv;
     const Rows r = check_packing(c.varlen, false, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
                                  a.seqlen_q, a.seqlen_k,
@@ -129,6 +130,7 @@ BwdParams backward_params(const BackwardLaunch& l) {
     p.total_q = a.total_q, p.total_k = a.total_k;
     const Window window = window_bounds(c, a.window_size_left, a.window_size_right, a.seqlen_q, a.seqlen_k);
     p.window_left = window.left, p.window_right = window.right;
+    p.sinks = a.sinks, p.dsinks = a.dsinks;
     return p;
 }
 

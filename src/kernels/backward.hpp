@@ -30,6 +30,8 @@ struct BackwardCall {
     const std::int32_t* cu_seqlens_k = nullptr;
     int total_q = 0, total_k = 0;
     int window_size_left = -1, window_size_right = -1;  // local: as BackwardArgs
+    const float* sinks = nullptr;  // sinks: as BackwardArgs
+    float* dsinks = nullptr;
 };
 
 struct BackwardLaunch {

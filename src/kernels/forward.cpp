@@ -97,6 +97,7 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
     prm.rotate_v = row_rotation(a.v, a.page_size, false);
     const Window w = window_bounds(c, a.window_size_left, a.window_size_right, a.seqlen_q, a.seqlen_k);
     prm.window_left = w.left, prm.window_right = w.right;
+    prm.sinks = a.sinks;
     return prm;
 }
 

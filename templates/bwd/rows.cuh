@@ -3,8 +3,12 @@
 //   preprocess  D = rowsum(dO * O) (minus the LSE's own gradient, if any) and LSE in log2 units into the workspace,
 //               whose dQ accumulator rows (geometry::bwd_dq_stride floats) it zeroes, with the deterministic mode's
 //               turn counters (one per kBlockM rows);
-//   postprocess dQ = accumulator * scale, to the dtype and the caller's strides.
-// Traits: kHeadDimQK, kHeadDimV, kPadQK, kBF16, kVarlen, kBlockM (the main kernel's query rows per step), kVecQK.
+//   postprocess dQ = accumulator * scale, to the dtype and the caller's strides; with kSinks and dsinks, the
+//               first CTA of each head also sums the sink's gradient.
+// The sinks need nothing else: the forward's LSE includes them, so P (from it) and D = rowsum(dO * O) are already
+// right for the main kernels.
+// Traits: kHeadDimQK, kHeadDimV, kPadQK, kBF16, kVarlen, kBlockM (the main kernel's query rows per step), kVecQK,
+// kSinks.
 #pragma once
 #include "common/epilogue.cuh"
 #include "common/geometry.h"
@@ -101,6 +105,34 @@ __device__ __forceinline__ void flash_bwd_pre(const BwdParams& p) {
     }
 }
 
+namespace detail {
+
+// dsinks[head] = -sum over the head's rows (every sequence) of P_sink * D, P_sink = exp(sink - LSE) being the sink's
+// share of the row's softmax and D (dO . O, less dLSE) the workspace's: a key of value zero contributes -P * D to its
+// score's gradient. Read from the workspace the preprocess wrote (rows past seqlen_q: LSE +inf, D 0, adding 0), by the
+// whole CTA in a fixed order, so the sum is the same every run.
+__device__ __forceinline__ void sink_gradient(const BwdParams& p, int head) {
+    __shared__ float warp_sums[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float sink2 = p.sinks[head] * 1.4426950408889634f;
+    float sum = 0.f;
+    for (unsigned b = 0; b < gridDim.z; ++b) {
+        const long long base = ((long long)b * p.heads_q + head) * p.m_pad;
+        for (int r = threadIdx.x; r < p.m_pad; r += blockDim.x)
+            sum += ptx::fast_exp2(sink2 - p.lse2[base + r]) * p.delta[base + r];
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) warp_sums[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.f;
+        for (unsigned w = 0; w < blockDim.x / 32; ++w) total += warp_sums[w];
+        p.dsinks[head] = -total;
+    }
+}
+
+}  // namespace detail
+
 // Postprocess: dQ = accumulator * scale for the rows below seqlen_q, one warp per row.
 template <class T>
 __device__ __forceinline__ void flash_bwd_post(const BwdParams& p) {
@@ -108,6 +140,8 @@ __device__ __forceinline__ void flash_bwd_post(const BwdParams& p) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5);
     const int head = blockIdx.y, batch = blockIdx.z;
+    if constexpr (T::kSinks)
+        if (p.dsinks != nullptr && blockIdx.x == 0 && blockIdx.z == 0) detail::sink_gradient(p, head);
     const detail::Seq<T::kVarlen> seq = detail::seq_info<T::kVarlen>(p, batch);
     if (row >= seq.seqlen_q) return;
     const float* acc =

@@ -32,10 +32,11 @@ __device__ __forceinline__ void store_pair(ptx::u16* dst, int c, float x0, float
 }
 
 // Epilogue, part 1 (per warp): normalize this warp's rows, write them as 16-bit into the row-major staging tile
-// sO (row stride kStrideO) and write LSE. Rows with no visible key get O = 0 and LSE = +inf, as FlashAttention.
+// sO (row stride kStrideO) and write LSE. Rows with no visible key get O = 0 and LSE = +inf, as FlashAttention
+// (kSinks: the head's sink joins each row's denominator; a keyless row's LSE is the sink).
 // warp_row0: the warp's first row inside the CTA tile. `seq`: the CTA's sequence (seq_info, worked out again here
 // rather than kept live through the main loop); `head`: its query head, -1 for the grid's y (read where it is used).
-template <bool kBF16, int kMT, int kNV, int kStrideO, bool kVarlen>
+template <bool kBF16, int kMT, int kNV, int kStrideO, bool kSinks, bool kVarlen>
 __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, const Seq<kVarlen>& seq,
                                                     float (&acc_o)[kMT][kNV][4],
                                                     const float (&row_max)[kMT][2], const float (&row_sum)[kMT][2],
@@ -45,7 +46,12 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, const Se
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const float sum = quad_sum(row_sum[mt][h]);
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            float inv = sum > 0.f ? 1.f / sum : 0.f;
+            SinkJoin sink{};
+            if constexpr (kSinks) {
+                sink = join_sink(row_max[mt][h] * p.scale, sum, p.sinks[head < 0 ? blockIdx.y : unsigned(head)]);
+                inv = sink.inv;
+            }
             const int r = warp_row0 + mt * 16 + (lane >> 2) + h * 8;
 #pragma unroll
             for (int nb = 0; nb < kNV; ++nb) {
@@ -53,7 +59,9 @@ __device__ __forceinline__ void normalize_and_stage(const FwdParams& p, const Se
                 *reinterpret_cast<u32*>(sO + r * kStrideO + nb * 8 + 2 * (lane & 3)) = v;
             }
             if (p.lse != nullptr && (lane & 3) == 0 && q0 + r < seq.seqlen_q) {
-                const float lse = sum > 0.f ? row_max[mt][h] * p.scale + logf(sum) : __int_as_float(0x7f800000);
+                const float lse = kSinks      ? sink.lse
+                                  : sum > 0.f ? row_max[mt][h] * p.scale + logf(sum)
+                                              : __int_as_float(0x7f800000);
                 p.lse[seq.lse_index(p, head < 0 ? blockIdx.y : unsigned(head)) + q0 + r] = lse;
             }
         }

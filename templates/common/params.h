@@ -40,6 +40,8 @@ struct FwdParams {
     // A window (kLocal: common/mask.cuh): query i sees keys i + seqlen_k - seqlen_q - window_left through
     // i + seqlen_k - seqlen_q + window_right, both 0 or more (an unbounded side is written as the longest sequence).
     int window_left, window_right;
+    // Sinks (kSinks): [heads_q] logits, in the scaled scores' units, each joining its head's softmax denominators.
+    const float* sinks;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -82,6 +84,8 @@ struct BwdParams {
     const int* cu_seqlens_k;
     int total_q, total_k;
     int window_left, window_right;  // as FwdParams
+    const float* sinks;    // as FwdParams
+    float* dsinks;         // null, or [heads_q]: -sum over rows of exp(sink - LSE) * D, written by the postprocess
 };
 
 // Parameters of the decode kernels (dec/mma.cuh). A CTA serves one (split, KV head, row block, sequence): its rows
@@ -113,6 +117,7 @@ struct DecParams {
     // A window (kLocal), as FwdParams: token t (its diagonal key len - seqlen_q + t) sees keys diagonal -
     // window_left .. diagonal + window_right.
     int window_left, window_right;
+    const float* sinks;         // kSinks, as FwdParams; with splits the combine adds them
 };
 
 // Parameters of the merge entry (common/merge.cuh): two attention states of the same rows and where the merged one

@@ -89,6 +89,23 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMT][kNB][4], float (&
     rescale(acc_o, corr);
 }
 
+// Attention sinks: a row's sink logit (in the scaled scores' units) joins its softmax denominator as a key whose value
+// is zero. m_scaled: the row's max score times the scale (-inf: the row saw no key); sum: its sum of exp(score *
+// scale - m_scaled). Gives the factor that turns the row's accumulator into O (the normalization included) and the
+// row's LSE: a row with no key gets O = 0 and its sink as LSE (+inf if the sink is -inf too, as a keyless row).
+// The fast exp, log and divide: the accurate ones' slow paths slowed the d128 causal forward by 3% (docs/
+// PERFORMANCE.md); total is 1 or more and far below 2^126, where these are exact to a few ulp.
+struct SinkJoin {
+    float inv, lse;
+};
+__device__ __forceinline__ SinkJoin join_sink(float m_scaled, float sum, float sink) {
+    const float top = fmaxf(m_scaled, sink);
+    if (top == neg_inf()) return {0.f, __int_as_float(0x7f800000)};
+    const float keys = sum > 0.f ? __expf(m_scaled - top) : 0.f;  // the keys' weight against the top
+    const float total = sum * keys + __expf(sink - top);
+    return {__fdividef(keys, total), top + __logf(total)};
+}
+
 // P for keys [16*kk, 16*kk + 16) as an m16k16 A fragment: the score C-fragment layout is the A-fragment layout.
 template <bool kBF16, int kNB>
 __device__ __forceinline__ void pack_p(const float (&s)[kNB][4], int kk, u32 (&a)[4]) {

@@ -301,7 +301,8 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     __syncthreads();
 
     // A row's LSE (natural log); a row that saw no key: O = 0, LSE +inf when final (as the forward), -inf when
-    // partial (so the combine gives it no weight).
+    // partial (so the combine gives it no weight). kSinks: a final row's sink joins it here; partial rows' in the
+    // combine.
     const int rows_total = p.batch * p.heads_q * seqlen_q;
     auto out_row = [&](int i) {  // (sequence, query head, token) of packed row i, in [batch, heads_q, seqlen_q] order
         const int h = i / seqlen_q;
@@ -317,10 +318,17 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
             sWeight[w * T::kBlockM + tid] = f;
             l += f * sSum[w * T::kBlockM + tid];
         }
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        float inv = l > 0.f ? 1.f / l : 0.f;
+        const bool sink_joins = T::kSinks && p.num_splits == 1 && row0 + tid < group_rows;
+        detail::SinkJoin sink{};
+        if (sink_joins) {
+            sink = detail::join_sink(m * p.scale, l, p.sinks[kv_head * p.q_per_kv + (row0 + tid) / seqlen_q]);
+            inv = sink.inv;
+        }
         for (int w = 0; w < T::kWarps; ++w) sWeight[w * T::kBlockM + tid] *= inv;
         const float inf = __int_as_float(0x7f800000);
-        const float lse = l > 0.f ? m * p.scale + logf(l) : (p.num_splits == 1 ? inf : -inf);
+        float lse = l > 0.f ? m * p.scale + logf(l) : (p.num_splits == 1 ? inf : -inf);
+        if (sink_joins) lse = sink.lse;
         if (row0 + tid < group_rows) {
             const int out = out_row(row0 + tid);
             if (p.num_splits > 1)
@@ -368,6 +376,9 @@ __device__ __forceinline__ void flash_decode_combine(const DecParams& p) {
     float m = detail::neg_inf();
     for (int s = lane; s < p.num_splits; s += 32) m = fmaxf(m, p.part_lse[s * rows_total + row]);
     m = detail::warp_max(m);
+    // kSinks: the head's sink joins as one more part, whose O is zero.
+    const float sink = T::kSinks ? p.sinks[row / p.seqlen_q % p.heads_q] : detail::neg_inf();
+    if constexpr (T::kSinks) m = fmaxf(m, sink);
     float l = 0.f;
     for (int s = lane; s < p.num_splits; s += 32) {
         const float e = m == detail::neg_inf() ? 0.f : __expf(p.part_lse[s * rows_total + row] - m);
@@ -375,6 +386,7 @@ __device__ __forceinline__ void flash_decode_combine(const DecParams& p) {
         l += e;
     }
     l = detail::warp_sum(l);
+    if (T::kSinks && m != detail::neg_inf()) l += __expf(sink - m);
     __syncwarp();
     const float inv = l > 0.f ? 1.f / l : 0.f;
     if (lane == 0 && p.lse) p.lse[row] = l > 0.f ? m + logf(l) : __int_as_float(0x7f800000);

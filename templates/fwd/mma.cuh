@@ -276,8 +276,8 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
     const auto seq = detail::seq_info<T::kVarlen, T::kPaged>(p, blockIdx.z);  // again, not kept live through the loop
-    detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ,
-                                                                         warp_row0, q0, lane);
+    detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum,
+                                                                                   sQ, warp_row0, q0, lane);
     __syncthreads();
     detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid, rot_v);
 }

@@ -144,8 +144,8 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
     const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
-    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV>(p, seq, acc_o, row_max, row_sum, sQ, warp * 16, q0,
-                                                                lane);
+    detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum, sQ,
+                                                                          warp * 16, q0, lane);
     __syncthreads();
     detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid);
 }

@@ -688,8 +688,8 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         else
             ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
         const auto seq = detail::seq_info<T::kVarlen>(p, c.batch);  // again, rather than kept live through the loop
-        detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV>(p, seq, acc_o, row_max, row_sum, sO, warp * 16, q0,
-                                                                    lane, c.head);
+        detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum, sO,
+                                                                              warp * 16, q0, lane, c.head);
         ptx::bar_sync(sm90::kBarStage + wg, 128);
         detail::store_tile<64, T::kHeadDimV, T::kVecV, B::kStrideV, 128>(p, seq, sO + q_row0 * B::kStrideV,
                                                                          q0 + q_row0, ctid, o_rot, c.head, o_shift);

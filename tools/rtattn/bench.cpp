@@ -90,6 +90,31 @@ std::optional<std::pair<int, int>> parse_window(const std::string& w) {
     return std::pair{l, r};
 }
 
+std::vector<Variant> variants(const BenchOptions& o) {
+    std::vector<Variant> out;
+    for (const auto& w : o.windows) {
+        parse_window(w);  // refused here, before any kernel is built
+        for (const auto& s : o.sinks) {
+            if (s != "off" && s != "on") throw Error(fmt::format("--sinks: {} is not off or on", s));
+            out.push_back({w, s == "on"});
+        }
+    }
+    return out;
+}
+
+std::string Variant::label() const {
+    return (window == "off" ? std::string() : ", window " + window) + (sinks ? ", sinks" : "");
+}
+
+driver::DeviceBuffer sink_logits(int heads) {
+    // Around log(keys) of the shapes timed, so the sink neither vanishes nor takes every row.
+    std::vector<float> v(std::size_t(std::max(heads, 1)));
+    for (std::size_t h = 0; h < v.size(); ++h) v[h] = 4.f + 0.25f * float(h % 8);
+    driver::DeviceBuffer buf(v.size() * 4);
+    buf.upload(v.data(), v.size() * 4);
+    return buf;
+}
+
 namespace {
 
 using driver::api;
@@ -102,6 +127,7 @@ struct BufferSet {
     driver::DeviceBuffer q, k, v, o, lse;
     driver::DeviceBuffer dout, dq, dk, dv, workspace;  // backward only
     driver::DeviceBuffer cu_seqlens;                   // varlen only
+    driver::DeviceBuffer sinks, dsinks;                // sinks variants only
 };
 
 int heads_for(int d, const BenchOptions& o) {
@@ -125,6 +151,7 @@ struct Case {
     double flops = 0;  // per launch: 4*B*H*Sq*Sk*d, halved causal, 2.5x backward; summed over sequences when varlen
     bool varlen = false;
     std::string window;  // "L:R" for a local kernel, empty for the plain mask
+    bool sinks = false;
 };
 
 double attention_flops(double sq, double sk, int heads, int d, bool causal, bool backward,
@@ -146,13 +173,14 @@ double attention_flops(double sq, double sk, int heads, int d, bool causal, bool
 // A dense batch (lens empty: batch = tokens / S) or a packed varlen one (lens: each sequence's length; S is then the
 // mean, for the table).
 std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, bool causal, const std::string& dt,
-                              const std::vector<int>& lens = {}, const std::string& window = "off") {
+                              const std::vector<int>& lens = {}, const Variant& variant = {"off", false}) {
     auto cs = std::make_unique<Case>();
     Case& c = *cs;
     c.varlen = !lens.empty();
-    const auto bounds = parse_window(window);
-    if (bounds) c.window = window;
+    const auto bounds = parse_window(variant.window);
+    if (bounds) c.window = variant.window;
     c.config.local = bounds.has_value();
+    c.sinks = c.config.sinks = variant.sinks;
     c.d = d, c.S = S, c.causal = causal, c.dtype = dt;
     c.config.head_dim_qk = d;
     c.config.dtype = dtype_from_string(dt);
@@ -195,6 +223,10 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         a.batch = B;
         a.seqlen_q = a.seqlen_k = longest;
         if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
+        if (c.sinks) {
+            s.sinks = sink_logits(H), s.dsinks = driver::DeviceBuffer(std::size_t(H) * 4);
+            a.sinks = static_cast<const float*>(s.sinks.get());
+        }
         if (c.varlen) {
             s.cu_seqlens = driver::DeviceBuffer(cu.size() * 4);
             s.cu_seqlens.upload(cu.data(), cu.size() * 4);
@@ -216,6 +248,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         b.dout = tensor(s.dout, H), b.dq = tensor(s.dq, H), b.dk = tensor(s.dk, Hkv), b.dv = tensor(s.dv, Hkv);
         b.batch = B, b.seqlen_q = b.seqlen_k = longest;
         b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
+        if (c.sinks) b.sinks = a.sinks, b.dsinks = static_cast<float*>(s.dsinks.get());
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         b.workspace_bytes = c.backward.workspace_bytes(B, longest, longest);
         s.workspace = driver::DeviceBuffer(b.workspace_bytes);
@@ -272,6 +305,7 @@ nlohmann::ordered_json result(const Case& c) {
     j["tile"] = fmt::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
     j["kernel"] = info.plan.kernel;
     if (!c.window.empty()) j["window"] = c.window;
+    if (c.sinks) j["sinks"] = true;
     return j;
 }
 
@@ -282,7 +316,8 @@ void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
                j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
                figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
                j["kernel"].get<std::string>() +
-                   (j.contains("window") ? ", window " + j["window"].get<std::string>() : std::string()));
+                   (j.contains("window") ? ", window " + j["window"].get<std::string>() : std::string()) +
+                   (j.contains("sinks") ? ", sinks" : ""));
     std::fflush(out);
 }
 
@@ -364,7 +399,7 @@ int run_throughput(const BenchOptions& o) {
         for (int d : o.head_dims)
             for (int S : o.varlen ? std::vector<int>{mean_len} : o.seqlens)
                 for (bool causal : o.causal)
-                for (const auto& window : o.windows) {
+                for (const Variant& variant : variants(o)) {
                     try {
                         if (o.varlen) {
                             auto dense = prepare(rt, same_tokens, d, S, causal, dt);
@@ -373,7 +408,7 @@ int run_throughput(const BenchOptions& o) {
                             cases.push_back(std::move(packed));
                             continue;
                         }
-                        auto c = prepare(rt, o, d, S, causal, dt, {}, window);
+                        auto c = prepare(rt, o, d, S, causal, dt, {}, variant);
                         if (o.vs_padded) {
                             run_against_padded(std::move(c), rt, o, timer, finish, table);
                             continue;
@@ -494,6 +529,10 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     cmd->add_option("--window", o->windows,
                     "sliding windows LEFT:RIGHT (-1 unbounded), each timed with a local kernel, or off (default off); "
                     "FLOPs count the pairs a window keeps")
+        ->delimiter(',');
+    cmd->add_option("--sinks", o->sinks,
+                    "off and/or on: on times a sinks kernel (each head's sink a call argument; the backward writes "
+                    "dsinks too) (default off)")
         ->delimiter(',');
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa, range] {

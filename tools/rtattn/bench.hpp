@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/runtime.hpp"
+#include "driver/driver.hpp"
 
 namespace rtattn::cli {
 
@@ -48,6 +49,9 @@ struct BenchOptions {
     // --window: sliding windows LEFT:RIGHT (-1: unbounded; FlashAttention's window_size), each a local kernel (its
     // bounds call arguments), or "off" (the plain mask); FLOPs count the (query, key) pairs each window keeps.
     std::vector<std::string> windows = {"off"};
+    // --sinks: off and/or on; on times a sinks kernel (each head's sink logit a call argument; the backward writes
+    // dsinks too).
+    std::vector<std::string> sinks = {"off"};
 };
 
 // --head-dim-range "lo:hi:step" (e.g. 32:256:4): the head dims lo, lo+step, ..., up to hi, each 1..256.
@@ -58,6 +62,16 @@ std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed
 double median(std::vector<double> v);
 // A --window value: nullopt for "off", else its bounds (Error naming --window otherwise).
 std::optional<std::pair<int, int>> parse_window(const std::string& w);
+// The score variants timed for each shape: every --window value with every --sinks value (Error naming --sinks for a
+// value that is not off or on).
+struct Variant {
+    std::string window;
+    bool sinks = false;
+    std::string label() const;  // ", window L:R", ", sinks", both, or empty
+};
+std::vector<Variant> variants(const BenchOptions& o);
+// A sinks variant's device float32 [heads] sink logits (the same every run).
+driver::DeviceBuffer sink_logits(int heads);
 void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows);
 int run_decode_bench(const BenchOptions& o);
 

@@ -42,13 +42,14 @@ struct DecodeCase {
     Kernel kernel;
     int splits = 1;
     struct Set {
-        driver::DeviceBuffer q, k, v, o, table, ws;
+        driver::DeviceBuffer q, k, v, o, table, ws, sinks;
         ForwardArgs args;
     } sets[2];
     std::vector<double> ms;
     int launches = 0;
     int window_left = -1;  // a local kernel's left bound (-1: none, or unbounded)
     std::string window;    // "L:R", or empty
+    bool sinks = false;
 
     // K and V bytes the step must read: each sequence's keys, or those its window spans (its tokens' windows
     // together: the last window_left + q keys).
@@ -59,7 +60,7 @@ struct DecodeCase {
 };
 
 std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, DecodeShape shape, int q, int page,
-                                    bool causal, const std::string& dt, int splits, const std::string& window) {
+                                    bool causal, const std::string& dt, int splits, const Variant& variant) {
     auto cs = std::make_unique<DecodeCase>();
     DecodeCase& c = *cs;
     c.d = d, c.shape = shape, c.q = q, c.page = page, c.causal = causal, c.dtype = dt;
@@ -71,9 +72,10 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     cfg.causal = causal;
     cfg.num_heads_q = c.H, cfg.num_heads_kv = c.Hkv;
     cfg.decode = true, cfg.paged_kv = page > 0;
-    const auto bounds = parse_window(window);
+    const auto bounds = parse_window(variant.window);
     cfg.local = bounds.has_value();
-    if (bounds) c.window = window, c.window_left = bounds->first;
+    if (bounds) c.window = variant.window, c.window_left = bounds->first;
+    c.sinks = cfg.sinks = variant.sinks;
     if (!o.arch.empty()) cfg.arch = o.arch;
     c.kernel = rt.get(cfg);
     const int B = shape.batch, S = shape.keys;
@@ -120,6 +122,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
         }
         a.num_splits = splits;
         if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
+        if (c.sinks) s.sinks = sink_logits(c.H), a.sinks = static_cast<const float*>(s.sinks.get());
         a.workspace_bytes = c.kernel.workspace_bytes(B, q, S, splits);
         s.ws = driver::DeviceBuffer(std::max<std::size_t>(a.workspace_bytes, 256));
         a.workspace = s.ws.get();
@@ -192,7 +195,8 @@ int run_decode_bench(const BenchOptions& o) {
         fmt::print(table, "{:>4} {:>4} {:>7} {:>3}:{:<2} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9.1f} {:>8.0f} {:>5.1f}%  {}\n",
                    c.d, c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
                    ms * 1e3, gbs, 100 * gbs / copy,
-                   c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window));
+                   c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window) +
+                       (c.sinks ? ", sinks" : ""));
         std::fflush(table);
         nlohmann::ordered_json j;
         j["d"] = c.d, j["batch"] = c.shape.batch, j["keys"] = c.shape.keys, j["H"] = c.H, j["H_kv"] = c.Hkv;
@@ -201,6 +205,7 @@ int run_decode_bench(const BenchOptions& o) {
         j["registers"] = figure_json(c.kernel.info().registers);
         j["kernel"] = c.kernel.info().plan.kernel;
         if (!c.window.empty()) j["window"] = c.window, j["keys_read"] = c.keys_read();
+        if (c.sinks) j["sinks"] = true;
         rows.push_back(std::move(j));
     };
     for (const auto& dt : o.dtypes)
@@ -210,10 +215,10 @@ int run_decode_bench(const BenchOptions& o) {
                     for (int page : o.page_sizes)
                         for (bool causal : o.causal)
                             for (int splits : o.num_splits)
-                            for (const auto& window : o.windows) {
+                            for (const Variant& variant : variants(o)) {
                                 try {
                                     auto c = prepare(rt, o, d, parse_shape(text), q, page, causal, dt, splits,
-                                                     window);
+                                                     variant);
                                     if (o.interleave) {
                                         cases.push_back(std::move(c));
                                         continue;

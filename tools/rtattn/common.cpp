@@ -69,6 +69,8 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
     app->add_flag("--varlen", o.flags.varlen, "the packed variable-length prefill (cu_seqlens), forward and backward");
     app->add_flag("--local", o.flags.local,
                   "a sliding window (local attention), its bounds given per call: one kernel for every window");
+    app->add_flag("--sinks", o.flags.sinks,
+                  "attention sinks: a per-head logit, given per call, in every softmax denominator (gpt-oss)");
 }
 
 const tool::ExpandOptions& resolve_arch() {
