@@ -74,6 +74,7 @@ struct Case {
     bool local = false;
     int window_left = -1, window_right = -1;
     bool sinks = false;  // a sinks kernel (config.sinks), each query head's sink logit drawn with the inputs
+    float softcap = 0;   // > 0: a softcap kernel (config.softcap) and the call's cap
 
     AttentionConfig config() const {
         AttentionConfig c;
@@ -83,6 +84,7 @@ struct Case {
         c.causal = causal;
         c.local = local;
         c.sinks = sinks;
+        c.softcap = softcap > 0;
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
         c.softmax_scale = scale;
@@ -102,6 +104,7 @@ struct Case {
         if (!with_lse) s += " no-lse";
         if (local) s += fmt::format(" window({},{})", window_left, window_right);
         if (sinks) s += " sinks";
+        if (softcap > 0) s += fmt::format(" softcap={}", softcap);
         return s;
     }
 

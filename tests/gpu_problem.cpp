@@ -155,6 +155,7 @@ test::ReferenceProblem reference_problem(const Problem& p) {
     r.window_left = p.c.window_left, r.window_right = p.c.window_right;
     r.scale = p.c.effective_scale();
     r.sinks.assign(p.sinks.begin(), p.sinks.end());
+    r.softcap = p.c.softcap;
     r.q = view(p.q), r.k = view(p.k), r.v = view(p.v);
     return r;
 }
@@ -190,6 +191,7 @@ ForwardArgs DeviceProblem::args(const Problem& p) const {
     a.batch = p.c.batch, a.seqlen_q = p.c.seqlen_q, a.seqlen_k = p.c.seqlen_k;
     a.window_size_left = p.c.window_left, a.window_size_right = p.c.window_right;
     if (p.c.sinks) a.sinks = static_cast<const float*>(sinks_.get());
+    a.softcap = p.c.softcap;
     return a;
 }
 

@@ -114,7 +114,7 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
             const double* kj = &kv.k[std::size_t(j) * dqk];
             double dot = 0;
             for (int d = 0; d < dqk; ++d) dot += q[d] * kj[d];
-            scores[j] = dot * p.scale;
+            scores[j] = p.softcap > 0 ? p.softcap * std::tanh(dot * p.scale / p.softcap) : dot * p.scale;
             max_score = std::max(max_score, scores[j]);
         }
         if (sink) max_score = std::max(max_score, p.sinks[h]);

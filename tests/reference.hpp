@@ -56,6 +56,8 @@ struct ReferenceProblem {
     // Attention sinks: [heads_q] logits (in the scaled scores' units) joining each row's softmax denominator as a key
     // whose value is zero; a row that sees no key gets O = 0, LSE = its sink. Empty: none.
     std::vector<double> sinks;
+    // Softcapping (> 0): each scaled score s becomes softcap * tanh(s / softcap) before the mask and softmax. 0: off.
+    double softcap = 0;
     HostTensorView q, k, v;
 };
 

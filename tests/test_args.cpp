@@ -2,6 +2,7 @@
 // with the field named (the checks never read device memory, so pointers here are addresses only). The GPU suites
 // run the same checks through Kernel::forward and BackwardKernel::backward.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "catch.hpp"
@@ -139,6 +140,29 @@ TEST_CASE("sinks: a sinks kernel needs them (float32, aligned), any other refuse
         CHECK(field(true, nullptr) == "sinks");
         CHECK(field(true, some) == "");
         CHECK(field(true, reinterpret_cast<const float*>(kBase + 66)) == "sinks");
+    }
+}
+
+TEST_CASE("softcap: a softcap kernel needs a finite cap > 0, any other takes 0, every forward pass",
+          "[args][softcap]") {
+    for (bool decode : {false, true}) {
+        CAPTURE(decode);
+        auto field = [&](bool softcap, float cap) {
+            Call x = call(128, decode, decode);
+            x.c.softcap = softcap;
+            x.p = rtattn::plan::plan(x.c);
+            x.a.softcap = cap;
+            return x.field();
+        };
+        CHECK(field(false, 0.f) == "");
+        CHECK(field(false, 30.f) == "softcap");
+        CHECK(field(true, 0.f) == "softcap");
+        CHECK(field(true, -1.f) == "softcap");
+        CHECK(field(true, std::numeric_limits<float>::infinity()) == "softcap");
+        CHECK(field(true, std::numeric_limits<float>::quiet_NaN()) == "softcap");
+        CHECK(field(true, 1e-35f) == "softcap");  // scale / softcap past a float
+        CHECK(field(true, 30.f) == "");
+        CHECK(field(true, 0.01f) == "");
     }
 }
 

@@ -505,6 +505,9 @@ static void test_decode(void) {
         a.sinks = (const float*)fake;
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "sinks");
         a.sinks = NULL;
+        a.softcap = 30.f; /* a cap on a kernel without softcap */
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "softcap");
+        a.softcap = 0.f;
         {
             rtattn_merge_args m;
             rtattn_merge_args_init(&m);

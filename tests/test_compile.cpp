@@ -21,10 +21,12 @@ namespace {
 // Two kv heads by default: packed K/V rows of 16-byte multiples, as most models have (split rows on sm_90a for head
 // dims of 4 mod 8); one head plans what rows 8 bytes off 16 need.
 rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
-                                bool varlen = false, int heads = 2, bool local = false, bool sinks = false) {
+                                bool varlen = false, int heads = 2, bool local = false, bool sinks = false,
+                                bool softcap = false) {
     AttentionConfig c;
     c.local = local;
     c.sinks = sinks;
+    c.softcap = softcap;
     c.head_dim_qk = d;
     c.num_heads_q = c.num_heads_kv = heads;
     if (dv) c.head_dim_v = dv;
@@ -59,10 +61,11 @@ BuiltBackward build_backward(int d, const char* arch, rtattn::Dtype dt, bool cau
     return {rtattn::compile::compile(src, arch), src.entries};
 }
 rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt, bool causal, bool paged,
-                                       bool local = false, bool sinks = false) {
+                                       bool local = false, bool sinks = false, bool softcap = false) {
     AttentionConfig c;
     c.local = local;
     c.sinks = sinks;
+    c.softcap = softcap;
     c.head_dim_qk = d;
     c.arch = arch;
     c.dtype = dt;
@@ -174,6 +177,28 @@ TEST_CASE("attention-sink kernels compile with 0 spills: every forward epilogue,
     for (auto [d, paged] : {std::pair{128, true}, {132, false}}) {
         CAPTURE(d, paged);
         const auto out = build_decode(d, "sm_90a", rtattn::Dtype::fp16, paged, paged, false, /*sinks=*/true);
+        INFO("NVRTC log:\n" << out.log);
+        CHECK(out.ptxas.spill_store_bytes == 0);
+        CHECK(out.ptxas.stack_bytes == 0);
+    }
+}
+
+TEST_CASE("softcap kernels compile with 0 spills: every forward family, decode", "[compile][nvrtc][softcap]") {
+    // The tanh sits between QK^T and the mask in each family's score loop: fwd_mma (sm_80), fwd_sm90_ws whole, split
+    // (d132) and shifted (d100, 8 kv heads) rows, its persistent walk (d128), varlen; decode's split-KV kernel.
+    for (const char* arch : {"sm_80", "sm_90a"})
+        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {256, 2}}) {
+            const bool causal = d != 128, varlen = d == 132;
+            CAPTURE(arch, d, causal, varlen);
+            const auto out = build(d, arch, rtattn::Dtype::bf16, causal, 0, varlen, heads, d == 64, d == 256,
+                                   /*softcap=*/true);
+            INFO("NVRTC log:\n" << out.log);
+            CHECK(out.ptxas.spill_store_bytes == 0);
+            CHECK(out.ptxas.stack_bytes == 0);
+        }
+    for (auto [d, paged] : {std::pair{128, true}, {132, false}}) {
+        CAPTURE(d, paged);
+        const auto out = build_decode(d, "sm_90a", rtattn::Dtype::fp16, paged, paged, false, false, /*softcap=*/true);
         INFO("NVRTC log:\n" << out.log);
         CHECK(out.ptxas.spill_store_bytes == 0);
         CHECK(out.ptxas.stack_bytes == 0);

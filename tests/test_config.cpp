@@ -252,6 +252,21 @@ TEST_CASE("sinks: a boolean, for every pass", "[config][sinks]") {
     CHECK_FALSE(AttentionConfig::from_json(R"({"head_dim": 64})").sinks);
 }
 
+TEST_CASE("softcap: a boolean, for every forward pass", "[config][softcap]") {
+    AttentionConfig c;
+    c.softcap = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.describe().find("softcap") != std::string::npos);
+    c.varlen = c.causal = c.local = c.sinks = true;
+    CHECK_NOTHROW(c.validate());
+    c.varlen = false, c.paged_kv = c.decode = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(json_error(R"({"head_dim": 64, "softcap": 30})").first == "softcap");  // the flag; the cap is per call
+    const AttentionConfig j = AttentionConfig::from_json(R"({"head_dim": 64, "softcap": true})");
+    CHECK(j.softcap);
+    CHECK(AttentionConfig::from_json(j.to_json()) == j);
+}
+
 // Issue 21: bad input never corrupts memory, hangs or crashes.
 
 TEST_CASE("JSON nested deeper than 64 levels is refused before a value is built, naming json", "[config]") {

@@ -39,6 +39,7 @@ struct DecodeCase {
     bool local = false;              // config.local, and the call's window (-1: unbounded)
     int window_left = -1, window_right = -1;
     bool sinks = false;              // config.sinks: each query head's sink logit, drawn with the inputs
+    float softcap = 0;               // > 0: config.softcap and the call's cap
 
     int batch() const { return int(lens.size()); }
     int queries(int b) const { return q_lens.empty() ? seqlen_q : q_lens[b]; }
@@ -67,6 +68,7 @@ struct DecodeCase {
         c.varlen = !q_lens.empty();
         c.local = local;
         c.sinks = sinks;
+        c.softcap = softcap > 0;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -81,7 +83,8 @@ struct DecodeCase {
                            q_lens.empty() ? std::to_string(seqlen_q) : "[" + ql + "]", l,
                            page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
                            num_splits) +
-               (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "");
+               (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
+               (softcap > 0 ? fmt::format(" softcap={}", softcap) : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -204,6 +207,7 @@ Expected reference(const DecodeProblem& p) {
         r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
         r.window_left = c.window_left, r.window_right = c.window_right;
         r.sinks.assign(p.sinks.begin(), p.sinks.end());
+        r.softcap = c.softcap;
         r.q = {p.q.data() + std::size_t(c.q_row0(b)) * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
                c.d_qk};
         r.k = {p.seqs[b].k.data(), 0, std::int64_t(c.heads_kv) * c.d_qk, c.d_qk};
@@ -276,6 +280,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
     a.num_splits = c.num_splits;
     a.window_size_left = c.window_left, a.window_size_right = c.window_right;
     if (c.sinks) a.sinks = static_cast<const float*>(d.sinks.get());
+    a.softcap = c.softcap;
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
     a.workspace = d.ws.get(), a.workspace_bytes = ws;
@@ -544,6 +549,34 @@ TEST_CASE("decode and paged prefill with attention sinks: splits joined in the c
     }
     DecodeCase c;  // the prefill kernel against a paged cache
     c.prefill = true, c.causal = true, c.page_size = 16, c.sinks = true;
+    c.q_lens = {40, 1, 0, 130};
+    c.lens = {700, 129, 50, 2000};
+    run_case(c);
+}
+
+TEST_CASE("decode and paged prefill with softcapping: splits, pages, windows, sinks", "[gpu][decode][softcap]") {
+    SKIP_WITHOUT_GPU();
+    struct Shape {
+        int d, hq, hkv, sq, ps, splits;
+        bool causal, local, sinks;
+        float cap;
+    };
+    for (const Shape& sh : {Shape{128, 8, 2, 1, 0, 1, true, false, false, 0.5f},
+                            Shape{128, 8, 2, 1, 16, 0, true, false, true, 1.f},
+                            Shape{64, 64, 8, 1, 64, 0, false, false, false, 0.3f},
+                            Shape{132, 16, 1, 3, 0, 2, true, true, false, 2.f},
+                            Shape{256, 8, 1, 2, 16, 5, false, false, false, 0.5f}}) {
+        DecodeCase c;
+        c.d_qk = c.d_v = sh.d;
+        c.heads_q = sh.hq, c.heads_kv = sh.hkv, c.seqlen_q = sh.sq, c.causal = sh.causal;
+        c.page_size = sh.ps, c.num_splits = sh.splits;
+        c.sinks = sh.sinks, c.softcap = sh.cap;
+        if (sh.local) c.local = true, c.window_left = 150, c.window_right = sh.causal ? -1 : 3;
+        c.lens = {2000, 3, 129, 0, 700};
+        run_case(c);
+    }
+    DecodeCase c;  // the prefill kernel against a paged cache
+    c.prefill = true, c.causal = true, c.page_size = 16, c.softcap = 1.f;
     c.q_lens = {40, 1, 0, 130};
     c.lens = {700, 129, 50, 2000};
     run_case(c);

@@ -33,6 +33,7 @@ struct VarlenCase {
     bool local = false;                         // config.local, and the calls' window (-1: unbounded)
     int window_left = -1, window_right = -1;
     bool sinks = false;  // config.sinks: each query head's sink logit, drawn with the inputs; dsinks checked
+    float softcap = 0;   // > 0: config.softcap and the calls' cap (forward only: set backward false)
 
     int batch() const { return int(lens_q.size()); }
     int total(const std::vector<int>& l) const { return std::accumulate(l.begin(), l.end(), 0); }
@@ -48,6 +49,7 @@ struct VarlenCase {
         c.varlen = true;
         c.local = local;
         c.sinks = sinks;
+        c.softcap = softcap > 0;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -57,12 +59,12 @@ struct VarlenCase {
             for (int x : l) s += fmt::format("{}{}", s.empty() ? "" : ",", x);
             return s;
         };
-        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}{}", d_qk,
+        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}{}{}", d_qk,
                            d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
                            causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
                            extra_max, deterministic ? " deterministic" : "",
                            local ? fmt::format(" window({},{})", window_left, window_right) : "",
-                           sinks ? " sinks" : "");
+                           sinks ? " sinks" : "", softcap > 0 ? fmt::format(" softcap={}", softcap) : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -150,6 +152,7 @@ test::ReferenceProblem sequence(const VarlenCase& c, const Offsets& off, int b, 
     r.causal = c.causal, r.scale = 1.0 / std::sqrt(double(c.d_qk));
     r.window_left = c.window_left, r.window_right = c.window_right;
     r.sinks.assign(sinks.begin(), sinks.end());
+    r.softcap = c.softcap;
     r.q = q.view(off.q[b]), r.k = k.view(off.k[b]), r.v = v.view(off.k[b]);
     return r;
 }
@@ -184,6 +187,7 @@ void run_case(const VarlenCase& c) {
     a.total_q = tq, a.total_k = tk;
     a.window_size_left = c.window_left, a.window_size_right = c.window_right;
     if (c.sinks) a.sinks = static_cast<const float*>(sinks_dev.get());
+    a.softcap = c.softcap;
     sync_legacy_stream();
     fwd.forward(a);
     sync_legacy_stream();
@@ -355,23 +359,46 @@ TEST_CASE("varlen: sliding windows per sequence, forward and backward", "[gpu][v
         }
 }
 
+namespace {
+// The variants' tables: the i-th case of head dim d, causal every other, a dtype by turn, self-attention over 4 random
+// lengths plus an empty and a one-token sequence.
+VarlenCase ragged_case(int d, int i, std::mt19937& rng) {
+    VarlenCase c;
+    c.d_qk = c.d_v = d;
+    c.causal = i % 2 == 0;
+    c.dtype = i % 3 ? Dtype::bf16 : Dtype::fp16;
+    c.lens_q = ragged(rng, 4, 1, 300);
+    c.lens_q.insert(c.lens_q.begin() + 1, 0);
+    c.lens_q.push_back(1);
+    c.lens_k = c.lens_q;
+    return c;
+}
+}  // namespace
+
 TEST_CASE("varlen: attention sinks per head, forward and dsinks", "[gpu][varlen][sinks]") {
     SKIP_WITHOUT_GPU();
     std::mt19937 rng(31);
     // Empty sequences, sequences with queries but no keys (every row the sink alone), one-token ones; with a window.
     int i = 0;
     for (int d : {64, 128, 132, 256}) {
-        VarlenCase c;
-        c.d_qk = c.d_v = d;
-        c.causal = i % 2 == 0;
-        c.dtype = i++ % 3 ? Dtype::bf16 : Dtype::fp16;
+        VarlenCase c = ragged_case(d, i++, rng);
         c.sinks = true;
-        c.lens_q = ragged(rng, 4, 1, 300);
-        c.lens_q.insert(c.lens_q.begin() + 1, 0);
-        c.lens_q.push_back(1);
-        c.lens_k = c.lens_q;
         c.lens_k[2] = 0;  // queries and no key
         if (d == 128) c.local = true, c.window_left = 50, c.window_right = c.causal ? -1 : 10;
+        run_case(c);
+    }
+}
+
+TEST_CASE("varlen: softcapping per sequence, forward", "[gpu][varlen][softcap]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(37);
+    int i = 0;
+    for (int d : {64, 128, 132, 256}) {
+        VarlenCase c = ragged_case(d, i++, rng);
+        c.softcap = d == 128 ? 0.5f : 2.f;  // uniform inputs: scaled scores within about +-2
+        c.backward = false;
+        c.sinks = d == 64;
+        if (d == 132) c.local = true, c.window_left = 40, c.window_right = c.causal ? -1 : 5;
         run_case(c);
     }
 }

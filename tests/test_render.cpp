@@ -63,6 +63,30 @@ TEST_CASE("sinks: one trait, the program name and plan words of every pass", "[r
     }
 }
 
+TEST_CASE("softcap: one trait and the program name of every forward pass; the backward refused", "[render][softcap]") {
+    for (bool softcap : {false, true}) {
+        CAPTURE(softcap);
+        AttentionConfig c;
+        c.head_dim_qk = 128, c.causal = true, c.softcap = softcap, c.arch = "sm_90a";
+        const auto fwd = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+        c.decode = true;
+        const auto dec = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+        for (const auto* r : {&fwd, &dec}) {
+            CHECK(r->stub.find(std::string("kSoftcap = ") + (softcap ? "true;" : "false;")) != std::string::npos);
+            CHECK((r->name.find("_softcap_") != std::string::npos) == softcap);
+        }
+        c.decode = false;
+        if (softcap) {
+            try {
+                rtattn::plan::plan_backward(c);
+                FAIL("a softcap backward was planned");
+            } catch (const rtattn::ConfigError& e) {
+                CHECK(e.field() == "softcap");
+            }
+        }
+    }
+}
+
 TEST_CASE("the mask is stated once: traits, program name and plan words of every pass", "[render][local]") {
     for (bool causal : {false, true})
         for (bool local : {false, true}) {

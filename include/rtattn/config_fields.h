@@ -27,6 +27,7 @@
     X(paged_kv, FLAG)               \
     X(varlen, FLAG)                 \
     X(local, FLAG)                  \
-    X(sinks, FLAG)
+    X(sinks, FLAG)                  \
+    X(softcap, FLAG)
 
 #endif

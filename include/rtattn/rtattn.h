@@ -96,6 +96,9 @@ typedef struct rtattn_config {
                                 * call's sinks[heads_q], joins every row's softmax denominator as a key whose value
                                 * is zero (a row that sees no key gives O = 0, LSE = its sink); the backward writes
                                 * its gradient, dsinks. Every pass, as local */
+    int32_t softcap;           /* 0 or 1: logit softcapping (Gemma 2): each scaled score s becomes cap * tanh(s / cap)
+                                * before the softmax, cap the call's softcap (> 0). Forward passes only (prefill,
+                                * varlen, paged prefill, decode); a backward of it is refused for now */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -231,6 +234,9 @@ typedef struct rtattn_forward_args {
     /* Sinks configs (config.sinks) only, and required there: device float32 [heads_q], 4-byte aligned, each query
      * head's sink logit (in the units of the scaled scores, softmax_scale * q.k). NULL for any other kernel. */
     const float* sinks;
+    /* Softcap configs (config.softcap) only, and required there: the cap, a finite float > 0 (Gemma 2: 50 for
+     * attention). 0 for any other kernel (a zeroed struct). */
+    float softcap;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);

@@ -56,6 +56,7 @@ public:
         a.num_pages = args.num_pages;
         a.has_window = 1, a.window_size_left = args.window_size_left, a.window_size_right = args.window_size_right;
         a.sinks = args.sinks;
+        a.softcap = args.softcap;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
     // Merges two attention states of this kernel's dtype and d_v (see MergeArgs) on `stream`: cascade attention's

@@ -112,6 +112,10 @@ struct ForwardArgs {
     // (in the units of the scaled scores), joining every row's softmax denominator. Null for any other kernel.
     const float* sinks = nullptr;
 
+    // Softcap configs (config.softcap) only, and required there: scores s (scaled) become softcap * tanh(s / softcap)
+    // before the softmax; finite and > 0. 0 for any other kernel.
+    float softcap = 0;
+
     // A packed [total, heads, dim] tensor with contiguous rows, for varlen configs.
     static TensorArg packed(const void* ptr, int heads, int dim) {
         return TensorArg{ptr, 0, std::int64_t(heads) * dim, dim};

@@ -40,25 +40,28 @@ def _load_torch_ops():
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                     softmax_scale=None, return_lse=False, deterministic=False, window_size=(-1, -1), sinks=None):
+                     softmax_scale=None, return_lse=False, deterministic=False, window_size=(-1, -1), sinks=None,
+                     softcap=0.0):
     """Attention over packed sequences [total, heads, head_dim] with cu_seqlens (flash_attn_varlen_func),
     differentiable (see rtattn._serving.attention_varlen); needs torch."""
     _load_torch_ops()
     return _serving_ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                          causal=causal, softmax_scale=softmax_scale, return_lse=return_lse,
-                                         deterministic=deterministic, window_size=window_size, sinks=sinks)
+                                         deterministic=deterministic, window_size=window_size, sinks=sinks,
+                                         softcap=softcap)
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, num_splits=0, max_seqlen_k=None, return_lse=False,
-                           window_size=(-1, -1), sinks=None):
+                           window_size=(-1, -1), sinks=None, softcap=0.0):
     """Decode against a dense or paged KV cache (flash_attn_with_kvcache without the append; see
     rtattn._serving.attention_with_kvcache); needs torch."""
     _load_torch_ops()
     return _serving_ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
                                                block_table=block_table, causal=causal, softmax_scale=softmax_scale,
                                                num_splits=num_splits, max_seqlen_k=max_seqlen_k,
-                                               return_lse=return_lse, window_size=window_size, sinks=sinks)
+                                               return_lse=return_lse, window_size=window_size, sinks=sinks,
+                                               softcap=softcap)
 
 
 def merge_states(o_a, lse_a, o_b, lse_b):
@@ -69,11 +72,12 @@ def merge_states(o_a, lse_a, o_b, lse_b):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False, window_size=(-1, -1),
-              sinks=None):
+              sinks=None, softcap=0.0):
     """Scaled dot-product attention on torch CUDA tensors [batch, seqlen, heads, head_dim], differentiable (see
     rtattn._torch.attention); needs torch."""
     return _load_torch_ops().attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse,
-                                       deterministic=deterministic, window_size=window_size, sinks=sinks)
+                                       deterministic=deterministic, window_size=window_size, sinks=sinks,
+                                       softcap=softcap)
 
 
 # A program that imported torch first gets torch.ops.rtattn.attention registered now, so torch.compile and CUDA

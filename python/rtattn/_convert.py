@@ -6,6 +6,7 @@ Every function takes the exception class to raise (ConfigError for configs and r
 call arguments) so that this module needs nothing from the rest of the package."""
 import ctypes
 import functools
+import math
 import operator
 import os
 
@@ -68,6 +69,18 @@ def number(name: str, value, error) -> float:
     raise error(f"{name}: {_shown(value)} is not a number", name)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def float32(name: str, value, error) -> float:
+    """A number for a float32 field: ctypes would store 1e39 as inf without a word (inf and NaN pass as given, for
+    the library's own checks to name)."""
+    value = number(name, value, error)
+    if abs(value) > FLOAT32_MAX and abs(value) != math.inf:
+        raise error(f"{name}: {_shown(value)} is out of a float32's range", name)
+    return value
+
+
 def cstring(name: str, value, error) -> bytes:
     """A str, bytes or path as the bytes of a C string (the file system's encoding, as Python opens paths)."""
     try:
@@ -88,7 +101,8 @@ def _field_types(struct_type) -> dict:
 
 def fill(struct, error, **values):
     """Sets fields of a ctypes struct, each converted by its C type: integers and pointers range-checked (None is a
-    null pointer or string), strings NUL-checked, doubles from numbers; nested structs as ctypes takes them."""
+    null pointer or string), strings NUL-checked, doubles and floats from numbers (floats range-checked); nested
+    structs as ctypes takes them."""
     types = _field_types(type(struct))
     for name, value in values.items():
         ctype = types.get(name)
@@ -102,6 +116,8 @@ def fill(struct, error, **values):
             value = cstring(name, value, error)
         elif ctype is ctypes.c_double:
             value = number(name, value, error)
+        elif ctype is ctypes.c_float:
+            value = float32(name, value, error)
         try:
             setattr(struct, name, value)
         except (TypeError, ValueError) as e:  # e.g. a nested struct given something else

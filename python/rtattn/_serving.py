@@ -16,9 +16,10 @@ import torch
 from . import _lib
 from ._api import MAX_SPLITS, ArgumentError
 from ._convert import INT32_MAX, boolean, fill, integer
-from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _bwd_sinks_args, _cached, _check_scale, _check_sinks,
-                     _dsinks_out, _keyless_dsinks, _keyless_lse, _local, _raw_stream, _sinks_args, _sinks_f32,
-                     _sinks_flag, _tensor, _window, _window_args)
+from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _SOFTCAP_NO_BACKWARD, _bwd_sinks_args, _cached,
+                     _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks, _keyless_lse, _local,
+                     _raw_stream, _refuse_softcap_gradients, _sinks_args, _sinks_f32, _sinks_flag, _softcap_args,
+                     _softcap_flag, _tensor, _window, _window_args)
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 _DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
@@ -93,7 +94,7 @@ def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
                 cu_seqlens_k=cu_k.data_ptr(), total_q=q.shape[0], total_k=k.shape[0])
 
 
-def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None):
+def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
@@ -104,10 +105,10 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1
         return o.zero_(), _keyless_lse(lse, sinks, (hq, 1))
     sinks = _sinks_f32(sinks)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
-                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks))
+                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), lse.data_ptr()),
                 ArgumentError, **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
-                **_sinks_args(sinks))
+                **_sinks_args(sinks), **_softcap_args(softcap))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -116,14 +117,16 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1
 def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
-               window_right: int = -1, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+               window_right: int = -1, sinks: Optional[torch.Tensor] = None,
+               softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     return _on_device(q, _varlen_run, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                      softmax_scale, (window_left, window_right), sinks)
+                      softmax_scale, (window_left, window_right), sinks, _check_softcap(softcap))
 
 
 @_varlen_op.register_fake
 def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                 deterministic, window_left=-1, window_right=-1, sinks=None):
+                 deterministic, window_left=-1, window_right=-1, sinks=None, softcap=0.0):
+    _check_softcap(softcap)
     return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
@@ -179,17 +182,21 @@ def _varlen_backward_fake(dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_
 
 
 def _varlen_setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, window_left, window_right, sinks = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, window_left, window_right, sinks, softcap = inputs
     ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k, sinks)
     ctx.sizes = (max_q, max_k, causal, scale, deterministic, window_left, window_right)
+    ctx.softcap = softcap
     ctx.set_materialize_grads(False)
 
 
 def _varlen_backward(ctx, grad_o, grad_lse):
+    # As rtattn._torch._backward: attention_varlen refuses this first; the op reached otherwise raises here.
+    if ctx.softcap:
+        raise NotImplementedError(_SOFTCAP_NO_BACKWARD)
     q, k, v, o, lse, cu_q, cu_k, sinks = ctx.saved_tensors
     none = (None,) * 9
     if grad_o is None and grad_lse is None:
-        return (None, None, None) + none + (None,)
+        return (None, None, None) + none + (None, None)
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     max_q, max_k, causal, scale, deterministic, window_left, window_right = ctx.sizes
@@ -198,7 +205,7 @@ def _varlen_backward(ctx, grad_o, grad_lse):
                                                                     max_q, max_k, causal, scale, deterministic,
                                                                     window_left, window_right, sinks, want_dsinks)
     # float32 from the kernels; autograd wants the gradient in the dtype of the sinks given.
-    return (dq, dk, dv) + none + (dsinks.to(sinks.dtype) if want_dsinks else None,)
+    return (dq, dk, dv) + none + (dsinks.to(sinks.dtype) if want_dsinks else None, None)
 
 
 _varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
@@ -207,7 +214,8 @@ _varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
-                     window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None):
+                     window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None,
+                     softcap: float = 0.0):
     """Attention over a packed batch of sequences of different lengths (FlashAttention's flash_attn_varlen_func),
     differentiable.
 
@@ -218,22 +226,25 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     head_dim_v] and, with return_lse, the float32 LSE [heads_q, total_q]. The offsets are not checked (they are on the
     device); the kernels clamp them into the tensors, so wrong offsets give wrong rows but no stray memory access.
     window_size = (left, right): a sliding window per sequence, as rtattn.attention's. sinks: [heads_q] attention
-    sinks, as rtattn.attention's (differentiable; a sequence without keys gives O = 0, LSE = the sink)."""
+    sinks, as rtattn.attention's (differentiable; a sequence without keys gives O = 0, LSE = the sink). softcap:
+    logit softcapping, as rtattn.attention's (forward only: refused with inputs that require grad)."""
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[1])
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
+    softcap = _check_softcap(softcap)
+    _refuse_softcap_gradients(softcap, (q, k, v, sinks))
     o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               causal, softmax_scale, deterministic, *window, sinks)
+                                               causal, softmax_scale, deterministic, *window, sinks, softcap)
     return (o, lse) if return_lse else o
 
 
 # ---- decode from a KV cache ------------------------------------------------------------------------------------------
 
 def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits,
-                 window=(-1, -1), sinks=None):
+                 window=(-1, -1), sinks=None, softcap=0.0):
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
@@ -247,7 +258,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
     decode = sq <= _DECODE_MAX_Q or block_table is None
     flags = (("decode",) if decode else ()) + (("paged_kv",) if block_table is not None else ())
     sinks = _sinks_f32(sinks)
-    flags += _local(causal, *window) + _sinks_flag(sinks)
+    flags += _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
     ws_bytes = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
@@ -262,7 +273,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
                 batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
                 seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None, num_splits=num_splits,
                 workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **paged,
-                **_window_args(causal, *window), **_sinks_args(sinks))
+                **_window_args(causal, *window), **_sinks_args(sinks), **_softcap_args(softcap))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -271,14 +282,15 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
 def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
                 num_splits: int, window_left: int = -1, window_right: int = -1,
-                sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                sinks: Optional[torch.Tensor] = None, softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     return _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
-                      softmax_scale, num_splits, (window_left, window_right), sinks)
+                      softmax_scale, num_splits, (window_left, window_right), sinks, _check_softcap(softcap))
 
 
 @_kvcache_op.register_fake
 def _kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, softmax_scale, num_splits,
-                  window_left=-1, window_right=-1, sinks=None):
+                  window_left=-1, window_right=-1, sinks=None, softcap=0.0):
+    _check_softcap(softcap)
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -287,7 +299,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_seqlens: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
                            causal: bool = False, softmax_scale: Optional[float] = None, num_splits: int = 0,
                            max_seqlen_k: Optional[int] = None, return_lse: bool = False,
-                           window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None):
+                           window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None,
+                           softcap: float = 0.0):
     """Decode: 1..16 new query tokens per sequence against each sequence's cached keys (FlashAttention's
     flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first). With a
     paged cache, more query tokens run the prefill kernel against the pages (chunked prefill: the queries are the
@@ -303,7 +316,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     seqlen_q, heads_q, head_dim_v] (and LSE [batch, heads_q, seqlen_q] with return_lse). window_size = (left,
     right): a sliding window, as rtattn.attention's (each query token's own, its diagonal its position among the
     sequence's keys); the split-KV count stays the library's choice for the whole cache, its splits cut the window.
-    sinks: [heads_q] attention sinks, as rtattn.attention's (gpt-oss's decode)."""
+    sinks: [heads_q] attention sinks, as rtattn.attention's (gpt-oss's decode). softcap: logit softcapping, as
+    rtattn.attention's (Gemma 2's decode)."""
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
     if cache_seqlens is not None:
@@ -330,6 +344,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     num_splits = integer("num_splits", num_splits, ArgumentError, 0, MAX_SPLITS, " (0: the library chooses)")
     _check_scale(causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[2])
+    softcap = _check_softcap(softcap)
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
     # The sinks too: a model's sinks are parameters that require grad, and a gradient would be dropped silently.
@@ -337,7 +352,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
     o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k,
-                                                     causal, softmax_scale, num_splits, *window, sinks)
+                                                     causal, softmax_scale, num_splits, *window, sinks, softcap)
     return (o, lse) if return_lse else o
 
 

@@ -7,6 +7,7 @@ the argument checks, a dict lookup, torch.empty for the outputs, one argument st
 (docs/PERFORMANCE.md: per-call overhead)."""
 import ctypes
 import math
+import numbers
 import re
 import threading
 from typing import Optional, Tuple
@@ -15,7 +16,7 @@ import torch
 
 from . import _api, _lib
 from ._api import ArgumentError
-from ._convert import INT32_MAX, boolean, fill, integer, number
+from ._convert import FLOAT32_MAX, INT32_MAX, _shown, boolean, fill, integer, number
 
 # torch.library.custom_op, and register_fake and register_autograd on what it returns, arrived in torch 2.4. An older
 # torch gets this module's ImportError from the first torch op called; rtattn itself, and all it does without torch,
@@ -151,10 +152,52 @@ def _keyless_lse(lse, sinks, head_shape):
     return lse.copy_(sinks.float().reshape(head_shape).expand_as(lse))
 
 
+_FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+
+
+def _check_softcap(softcap) -> float:
+    """softcap as the ops' schemas take it: a Python float, 0 for none (FlashAttention's softcap=0.0). A tensor is
+    refused, not read: the cap gets no gradient, and reading it would synchronize with the device."""
+    if type(softcap) is float and (softcap == 0 or _FLOAT32_MIN_NORMAL <= softcap <= FLOAT32_MAX):
+        return softcap  # the usual call (every op call too): one comparison on the per-call path
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise ArgumentError(f"softcap: {_shown(softcap)} is not a real number; give a cap > 0, or 0 for none",
+                            "softcap")
+    cap = number("softcap", softcap, ArgumentError)
+    if not 0 <= cap < math.inf:  # NaN fails this too
+        raise ArgumentError(f"softcap: {cap!r} is not a finite number >= 0 (a cap > 0, or 0 for none)", "softcap")
+    # The kernels take the cap as a float32: past its range it would become inf, below it 0.
+    if cap and not _FLOAT32_MIN_NORMAL <= cap <= FLOAT32_MAX:
+        raise ArgumentError(f"softcap: {cap!r} is outside float32's normal range (the kernels take a float32 cap)",
+                            "softcap")
+    return cap
+
+
+def _softcap_flag(softcap: float) -> Tuple[str, ...]:
+    return ("softcap",) if softcap else ()
+
+
+def _softcap_args(softcap: float) -> dict:
+    """The forward's softcap field; none for 0 (the struct's zero, what a kernel without softcap wants)."""
+    return dict(softcap=softcap) if softcap else {}
+
+
+_SOFTCAP_NO_BACKWARD = ("softcap: logit softcapping has no backward yet (forward only): call with softcap > 0 under "
+                        "torch.no_grad() or with inputs that do not require grad, or pass softcap=0")
+
+
+def _refuse_softcap_gradients(softcap, tensors) -> None:
+    """No backward has softcap yet (the library refuses its backward kernel): refused before the forward runs, so
+    no training step spends a forward to learn it, and no gradient is ever dropped or made up."""
+    if softcap and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise NotImplementedError(_SOFTCAP_NO_BACKWARD)
+
+
 def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
             scale: Optional[float], flags: Tuple[str, ...] = ()):
     """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime.
-    flags: the config's fields set to True besides causal ("varlen", "decode", "paged_kv", "local", "sinks")."""
+    flags: the config's fields set to True besides causal ("varlen", "decode", "paged_kv", "local", "sinks",
+    "softcap")."""
     runtime = _api._default or _api.default_runtime()
     kernels = runtime.__dict__.setdefault("_torch_kernels", {})
     key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale, flags)
@@ -194,7 +237,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
     (lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
-def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None):
+def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None, softcap=0.0):
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -209,38 +252,42 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
         return o, lse
     sinks = _sinks_f32(sinks)
     kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale,
-                     _local(causal, *window) + _sinks_flag(sinks))
+                     _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
     # Sizes through fill(): a stride-0 expand makes a dim of 2**32 + 64 cost no memory, and ctypes would pass it as 64.
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
                                  lse.data_ptr() if return_lse else None),
                 ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk, **_window_args(causal, *window),
-                **_sinks_args(sinks))
+                **_sinks_args(sinks), **_softcap_args(softcap))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
 
-def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None):
+def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None,
+             softcap=0.0):
     _check(q, k, v, causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[2])
+    softcap = _check_softcap(softcap)
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
-            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks)
-    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks)
+            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap)
+    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap)
 
 
 
 @torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
                   deterministic: bool, window_left: int = -1, window_right: int = -1,
-                  sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                  sinks: Optional[torch.Tensor] = None, softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     # The op always returns LSE: its backward needs it. `deterministic` is the backward's, kept for it.
-    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right), sinks)
+    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right), sinks, softcap)
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None):
+def _attention_fake(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None,
+                    softcap=0.0):
     _check(q, k, v, causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[2])
+    _check_softcap(softcap)
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -329,18 +376,23 @@ def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale,
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, window_left, window_right, sinks = inputs
+    q, k, v, causal, softmax_scale, deterministic, window_left, window_right, sinks, softcap = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, sinks)
     ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
     ctx.window = (window_left, window_right)
+    ctx.softcap = softcap
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_o, grad_lse):
+    # attention() refuses this before the forward; a call it never saw (the op called directly, or a trace that
+    # skipped its check) gets here: an error, never gradients of the uncapped scores.
+    if ctx.softcap:
+        raise NotImplementedError(_SOFTCAP_NO_BACKWARD)
     q, k, v, o, lse, sinks = ctx.saved_tensors
     if grad_o is None and grad_lse is None:
-        return (None,) * 9
+        return (None,) * 10
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     want_dsinks = sinks is not None and ctx.needs_input_grad[8]
@@ -348,7 +400,7 @@ def _backward(ctx, grad_o, grad_lse):
                                                              ctx.softmax_scale, ctx.deterministic, *ctx.window,
                                                              sinks, want_dsinks)
     # Computed in float32; returned in the dtype of the sinks given, as autograd wants a leaf's gradient.
-    return (dq, dk, dv) + (None,) * 5 + (dsinks.to(sinks.dtype) if want_dsinks else None,)
+    return (dq, dk, dv) + (None,) * 5 + (dsinks.to(sinks.dtype) if want_dsinks else None, None)
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -399,7 +451,7 @@ def _no_lse(q):
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
-              window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None):
+              window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None, softcap: float = 0.0):
     """Scaled dot-product attention on CUDA tensors in FlashAttention's layout, differentiable.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim]; v: [batch, seqlen_k,
@@ -415,19 +467,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     sinks: attention sinks (gpt-oss; vLLM's s_aux), a [heads_q] tensor on q's device, float32 (another floating
     dtype is computed in float32): head h's logit, in the units of the scaled scores, joins every row's softmax
     denominator as a key whose value is zero. The LSE includes it; a row that sees no key gives O = 0 and LSE = its
-    sink. Differentiable: the sinks' gradient is summed over the batch and the rows."""
+    sink. Differentiable: the sinks' gradient is summed over the batch and the rows.
+    softcap: logit softcapping (Gemma 2, Grok; FlashAttention's softcap): a cap > 0 turns each scaled score s into
+    softcap * tanh(s / softcap) before the mask and the softmax (the LSE is over the capped scores); 0, the default,
+    leaves the scores as they are. Forward only for now: with softcap > 0, inputs that require grad (grad mode on)
+    raise NotImplementedError."""
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     boolean("causal", causal, ArgumentError)
     window = _window(window_size, causal)
+    softcap = _check_softcap(softcap)
     if _plain_eager(q, k, v, sinks):
         # The same implementation without the dispatcher's round trip through the custom op (about half the
         # per-call host cost; docs/PERFORMANCE.md).
-        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks)
+        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks, softcap)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         _check_sinks(sinks, q, q.shape[2])
+        # Here, not in the plain path: that one records no graph, so nothing there can want a gradient.
+        _refuse_softcap_gradients(softcap, (q, k, v, sinks))
         if not torch.compiler.is_compiling():
             _refuse_what_the_op_would_drop(q, k, v, sinks)
-        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window, sinks)
+        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window, sinks, softcap)
     return (o, lse) if return_lse else o

@@ -58,6 +58,17 @@ def test_every_field_round_trips_through_the_c_struct():
     assert rtattn.AttentionConfig(num_heads_q=4).describe() == "d128 bf16 noncausal h4:4"
 
 
+def test_softcap_config_round_trips_and_has_no_backward_yet(cache_dir):
+    c = rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80",
+                               sinks=True, softcap=True)
+    assert rtattn.AttentionConfig.from_json(c.to_json()) == c and "softcap" in c.describe()
+    rt = rtattn.Runtime(cache_dir=cache_dir)
+    assert rt.plan(c).kernel
+    with pytest.raises(rtattn.ConfigError) as e:
+        rt.plan_backward(c)
+    assert e.value.field == "softcap"
+
+
 def test_backward_plan_and_precompile_without_a_gpu(cache_dir):
     rt = rtattn.Runtime(cache_dir=cache_dir)
     c = rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80")

@@ -2,6 +2,7 @@
 cut (a string at a NUL byte) or guess ("false" as true) is refused with the package's error naming the field and,
 for numbers, the allowed range; wrong types too, instead of AttributeError or OverflowError. And an old torch leaves
 everything that needs no torch working."""
+import ctypes
 import os
 import pathlib
 import re
@@ -33,6 +34,27 @@ def test_every_integer_field_is_range_checked(struct, name, bounds):
         assert e.value.field == name and "out of range; allowed" in str(e.value)
     with pytest.raises(rtattn.ArgumentError, match="not an integer"):
         _convert.fill(s, rtattn.ArgumentError, **{name: 1.5})
+
+
+FLOAT32_FIELDS = [pytest.param(struct, name, id=f"{struct.__name__}.{name}")
+                  for struct in STRUCTS for name, ctype in struct._fields_ if ctype is ctypes.c_float]
+
+
+@pytest.mark.parametrize("struct, name", FLOAT32_FIELDS)
+def test_every_float32_field_is_range_checked(struct, name):
+    s = struct()
+    _convert.fill(s, rtattn.ArgumentError, **{name: _convert.FLOAT32_MAX})
+    assert getattr(s, name) == _convert.FLOAT32_MAX
+    _convert.fill(s, rtattn.ArgumentError, **{name: 50})
+    assert getattr(s, name) == 50.0
+    # inf and NaN are left to the library, which names them; a finite value past float32 would become inf unsaid.
+    _convert.fill(s, rtattn.ArgumentError, **{name: float("inf")})
+    assert getattr(s, name) == float("inf")
+    for bad, match in ((1e39, "out of a float32's range"), (-1e39, "out of a float32's range"),
+                       ("5", "not a number"), (True, "not a number")):
+        with pytest.raises(rtattn.ArgumentError, match=match) as e:
+            _convert.fill(s, rtattn.ArgumentError, **{name: bad})
+        assert e.value.field == name
 
 
 def test_a_misspelt_field_is_refused():

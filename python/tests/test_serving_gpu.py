@@ -1,7 +1,8 @@
 """rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
 packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
-table, shuffled pages, ragged lengths, several splits), sliding windows and attention sinks in each, cascade attention
-through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming the argument."""
+table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each,
+cascade attention through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming
+the argument."""
 import math
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="no GPU tests here: torch is not installed")
 
 import rtattn  # noqa: E402
-from test_torch_gpu import TOL, make_sinks, poison_allocator, rel_err, sdpa_reference  # noqa: E402
+from test_torch_gpu import (TOL, lse_tol, make_sinks, poison_allocator, raises_softcap_refusal,  # noqa: E402
+                            rel_err, sdpa_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -23,14 +25,14 @@ def packed_batch(lens_q, lens_k, hq, hkv, d, dtype, seed):
     return q, k, v, cu(lens_q), cu(lens_k)
 
 
-def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1), sinks=None):
+def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
     """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence (with sinks, sdpa_reference's
-    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks)."""
+    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks; softcap > 0 caps the scores)."""
     os, lses, i, j = [], [], 0, 0
     for lq, lk in zip(lens_q, lens_k):
         if lq and (lk or sinks is not None):
             o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale, window,
-                                    sinks)
+                                    sinks, softcap)
             os.append(o[0]), lses.append(lse[0])
         elif lq:
             os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=torch.float64, device="cuda"))
@@ -76,6 +78,45 @@ def test_varlen_forward_and_gradients(d, causal, dtype, window, sinks):
         assert rel_err(t.grad, r.grad) < TOL[dtype] * 1.5
 
 
+@pytest.mark.parametrize("d, causal, dtype, window, sinks", [(128, True, torch.bfloat16, (-1, -1), False),
+                                                             (64, False, torch.float16, (-1, -1), False),
+                                                             (132, True, torch.bfloat16, (50, -1), False),
+                                                             (64, False, torch.float16, (20, 3), True),
+                                                             (132, True, torch.bfloat16, (-1, -1), True)])
+@pytest.mark.parametrize("softcap, spread", [(5.0, 3.0), (30.0, 1.0)])
+def test_varlen_forward_with_softcap(d, causal, dtype, window, sinks, softcap, spread):
+    # Rows without keys too: a sequence with none, and 80 queries on 64 keys (causal, windows).
+    lens_q, lens_k = [37, 0, 300, 1, 129, 20, 80], [37, 5, 300, 64, 129, 0, 64]
+    q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, d, dtype, seed=d + 1)
+    q = q * spread  # the scaled scores' standard deviation: 3 reaches +-10, where a cap of 5 bites
+    s = make_sinks(8, d) if sinks else None
+    poison_allocator(1 << 24)
+    o, lse = rtattn.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, return_lse=True,
+                                     window_size=window, sinks=s, softcap=softcap)
+    ref_o, ref_lse = per_sequence_reference(q, k, v, lens_q, lens_k, causal, 1 / math.sqrt(d), window, s, softcap)
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert rel_err(o, ref_o) < TOL[dtype]
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isinf(lse), ~finite)
+    assert (lse[finite].double() - ref_lse[finite]).abs().max().item() < lse_tol(max(lens_k))
+
+
+def test_varlen_softcap_has_no_backward_and_says_so():
+    q, k, v, cu_q, cu_k = packed_batch([100, 50], [100, 50], 4, 2, 64, torch.bfloat16, seed=4)
+    run = lambda q, k=k, v=v, sinks=None: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True,
+                                                                  sinks=sinks, softcap=5.0)
+    for args in ((q.detach().requires_grad_(),), (q, k.detach().requires_grad_()), (q, k, v.detach().requires_grad_()),
+                 (q, k, v, make_sinks(4, 4).requires_grad_())):
+        with pytest.raises(NotImplementedError, match="softcap: .*no backward"):
+            run(*args)
+    with torch.no_grad():
+        assert torch.equal(run(q.detach().requires_grad_()), run(q))
+    # The op called directly: its backward refuses.
+    o, _ = torch.ops.rtattn.attention_varlen(q.detach().requires_grad_(), k, v, cu_q, cu_k, 100, 100, True, None,
+                                             False, -1, -1, None, 5.0)
+    raises_softcap_refusal(lambda: o.float().sum().backward())
+
+
 def test_varlen_under_torch_compile_and_errors():
     q, k, v, cu_q, cu_k = packed_batch([100, 50], [100, 50], 4, 4, 64, torch.bfloat16, seed=3)
     f = torch.compile(lambda q, k, v: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True),
@@ -93,9 +134,16 @@ def test_varlen_under_torch_compile_and_errors():
     with pytest.raises(rtattn.ArgumentError, match="one logit per query head") as e:
         rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, sinks=sinks[:2])
     assert e.value.field == "sinks"
+    f = torch.compile(lambda q, k, v: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True,
+                                                              softcap=5.0), fullgraph=True)
+    assert torch.equal(f(q, k, v), rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True, softcap=5.0))
     with pytest.raises(rtattn.ArgumentError) as e:
         rtattn.attention_varlen(q, k, v, cu_q, cu_k, 200, 100)  # above total_q: the library names it
     assert e.value.field == "seqlen_q"
+    for cap in (-1.0, math.nan, math.inf, "5", None):
+        with pytest.raises(rtattn.ArgumentError) as e:
+            rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, softcap=cap)
+        assert e.value.field == "softcap"
 
 
 def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
@@ -134,27 +182,46 @@ def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
     (0, False, 1, (-1, -1), True), (16, False, 1, (-1, -1), True), (0, True, 4, (-1, -1), True),
     (16, True, 3, (128, -1), True), (16, True, 100, (-1, -1), True), (64, True, 100, (70, 0), True)])
 def test_decode_from_a_kv_cache(page_size, causal, sq, window, sinks):
+    check_decode(page_size, causal, sq, window, sinks)
+
+
+def check_decode(page_size, causal, sq, window, sinks, softcap=0.0, spread=1.0):
+    """O and LSE of decode (or a paged cache's chunked prefill) against float64 per sequence, with the library's
+    split count, a fixed one (3; the chunked prefill's 0) and one split. spread scales q (see make_capped)."""
     lens = [1000, 5, 333, 2048, 77]
     if sinks:  # a sequence with no cached key: O = 0 and LSE = the sinks
         lens.append(0)
     q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, page_size, 32, 8, 128, torch.bfloat16, sq, seed=page_size)
+    q = q * spread
     s = make_sinks(32, page_size + sq) if sinks else None
     with torch.no_grad():
         o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True,
-                                               window_size=window, sinks=s)
+                                               window_size=window, sinks=s, softcap=softcap)
         # A fixed split count (decode), or the chunked prefill's 0; and one split.
         o3 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=3 if sq <= 16 else 0,
-                                           window_size=window, sinks=s)
+                                           window_size=window, sinks=s, softcap=softcap)
         o1 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=1,
-                                           window_size=window, sinks=s)
+                                           window_size=window, sinks=s, softcap=softcap)
+    # The capped scores' LSE has the dense check's tolerance (tanh.approx adds about 2^-11 of each score).
+    tol = lse_tol(max(lens)) if softcap else 1e-3
     for i, n in enumerate(lens):
-        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128), window, s)
+        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128), window, s,
+                                        softcap)
         assert rel_err(o[i:i + 1], ref_o) < TOL[torch.bfloat16]
         assert rel_err(o3[i:i + 1], ref_o) < TOL[torch.bfloat16]
         assert rel_err(o1[i:i + 1], ref_o) < TOL[torch.bfloat16]
         finite = torch.isfinite(ref_lse)  # a chunk longer than its keys: early rows see none (LSE +inf)
         assert torch.equal(torch.isinf(lse[i:i + 1]), ~finite)
-        assert (lse[i:i + 1][finite].double() - ref_lse[finite]).abs().max().item() < 1e-3
+        assert (lse[i:i + 1][finite].double() - ref_lse[finite]).abs().max().item() < tol
+
+
+@pytest.mark.parametrize("page_size, causal, sq, window, sinks", [
+    (0, False, 1, (-1, -1), False), (16, False, 1, (-1, -1), False), (0, True, 4, (-1, -1), False),
+    (16, True, 3, (128, -1), False), (16, True, 100, (-1, -1), False), (64, True, 100, (70, 0), False),
+    (0, False, 1, (-1, -1), True), (16, True, 4, (128, -1), True), (16, True, 100, (-1, -1), True)])
+@pytest.mark.parametrize("softcap, spread", [(5.0, 3.0), (30.0, 1.0)])
+def test_decode_from_a_kv_cache_with_softcap(page_size, causal, sq, window, sinks, softcap, spread):
+    check_decode(page_size, causal, sq, window, sinks, softcap, spread)
 
 
 def test_decode_step_in_a_cuda_graph_and_compiled():
@@ -191,7 +258,11 @@ def test_decode_errors_name_the_argument():
                               (dict(block_table=table, num_splits=200), "num_splits"),
                               (dict(block_table=table, sinks=torch.zeros(2, device="cuda")), "sinks"),
                               (dict(block_table=table, sinks=torch.zeros(4, device="cuda", dtype=torch.int64)),
-                               "sinks")]:
+                               "sinks"),
+                              (dict(block_table=table, softcap=-1.0), "softcap"),
+                              (dict(block_table=table, softcap=math.nan), "softcap"),
+                              (dict(block_table=table, softcap=math.inf), "softcap"),
+                              (dict(block_table=table, softcap="50"), "softcap")]:
             with pytest.raises(rtattn.ArgumentError) as e:
                 rtattn.attention_with_kvcache(q, kc, vc, **kwargs)
             assert e.value.field == field, kwargs
@@ -205,6 +276,8 @@ def test_decode_errors_name_the_argument():
         rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, sinks=make_sinks(4, 1).requires_grad_())
     with pytest.raises(NotImplementedError):
         rtattn.attention_with_kvcache(q.requires_grad_(), kc, vc, seqlens, table)
+    with pytest.raises(NotImplementedError):  # q requires grad (above): a cap changes nothing there
+        rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, softcap=50.0)
 
 
 @pytest.mark.parametrize("packed", [False, True])

@@ -1,8 +1,9 @@
 """rtattn.attention on the GPU against torch.nn.functional.scaled_dot_product_attention in float64: head dims 1..256
 (72, 100, 132, 200 among them), GQA/MQA, causal with seqlen_q != seqlen_k, strided views, LSE, sliding windows,
-attention sinks (against an explicit float64 softmax with the sink as one more column); every output element
-written (the allocator is poisoned with NaN first); torch.compile(fullgraph=True); CUDA graph capture and replay;
-argument errors naming the argument."""
+attention sinks and logit softcapping (against an explicit float64 softmax: the sink as one more column, the scores
+capped before the mask); every output element written (the allocator is poisoned with NaN first);
+torch.compile(fullgraph=True); CUDA graph capture and replay; argument errors naming the argument; softcap's missing
+backward refused, never answered with wrong gradients."""
 import math
 import subprocess
 import sys
@@ -36,17 +37,17 @@ def window_mask(sq, sk, causal, window, device):
     return mask
 
 
-def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None):
+def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
     """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right, a sliding window as
     window_mask's; rows that see no key give O = 0 and LSE = +inf (the library's convention, as FlashAttention's).
-    sinks ([heads_q]): see sinks_reference."""
+    sinks ([heads_q]) and softcap (> 0): see explicit_reference."""
     b, sq, hq, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
     kd, vd = kd.repeat_interleave(hq // hkv, 1), vd.repeat_interleave(hq // hkv, 1)
     mask = window_mask(sq, sk, causal, window, q.device)
-    if sinks is not None:
-        return sinks_reference(qd, kd, vd, mask, scale, sinks)
+    if sinks is not None or softcap:
+        return explicit_reference(qd, kd, vd, mask, scale, sinks, softcap)
     # Rows without keys would be NaN in SDPA: they see key 0 there, and are replaced below.
     o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=None if mask is None else mask | ~mask.any(-1, True),
                                        scale=scale)
@@ -60,18 +61,29 @@ def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None):
     return o.transpose(1, 2), lse
 
 
-def sinks_reference(qd, kd, vd, mask, scale, sinks):
-    """Attention sinks spelt out (no SDPA takes them): each head's sink is one more score column, a key whose value
-    is zero, so it joins the softmax's denominator and the LSE and is dropped before P V. A row that sees no key
-    gives O = 0 and LSE = its sink, with no special case. float64 [batch, heads, seq, dim] in; the layouts of
-    sdpa_reference out. Differentiable in every input, the sinks too."""
+def explicit_reference(qd, kd, vd, mask, scale, sinks=None, softcap=0.0):
+    """The softmax spelt out, for what no SDPA takes. softcap > 0 (FlashAttention's convention): each scaled score s
+    becomes softcap * tanh(s / softcap), before the mask. Sinks: each head's sink is one more score column, a key
+    whose value is zero, so it joins the softmax's denominator and the LSE and is dropped before P V; a row that sees
+    no key gives O = 0 and LSE = its sink, with no special case (without sinks: O = 0 and LSE = +inf, as
+    sdpa_reference's). float64 [batch, heads, seq, dim] in; the layouts of sdpa_reference out. With sinks,
+    differentiable in every input, the sinks too."""
     b, hq, sq, _ = qd.shape
     s = (qd @ kd.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     if mask is not None:
         s = s.masked_fill(~mask, -math.inf)
-    s = torch.cat([s, sinks.double().view(1, hq, 1, 1).expand(b, hq, sq, 1)], -1)
-    o = torch.softmax(s, -1)[..., :-1] @ vd
-    return o.transpose(1, 2), torch.logsumexp(s, -1)
+    if sinks is not None:
+        s = torch.cat([s, sinks.double().view(1, hq, 1, 1).expand(b, hq, sq, 1)], -1)
+        o = torch.softmax(s, -1)[..., :-1] @ vd
+        return o.transpose(1, 2), torch.logsumexp(s, -1)
+    lse = torch.logsumexp(s, -1)
+    empty = torch.isneginf(lse)[..., None]
+    # A keyless row's softmax is 0/0 (every score -inf): it is given the library's O = 0 and LSE = +inf instead.
+    o = torch.softmax(s.masked_fill(empty, 0.0), -1) @ vd
+    o = torch.where(empty, torch.zeros_like(o), o)
+    return o.transpose(1, 2), torch.where(empty[..., 0], torch.full_like(lse, math.inf), lse)
 
 
 def make_sinks(hq, seed, dtype=torch.float32):
@@ -79,6 +91,11 @@ def make_sinks(hq, seed, dtype=torch.float32):
     others take most of the weight."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     return (torch.rand(hq, device="cuda", generator=g) * 9 - 1).to(dtype)
+
+
+def lse_tol(seqlen_k):
+    """The LSE's allowed absolute error: it sums over seqlen_k keys' rounded scores."""
+    return 1e-3 * max(1, math.log(max(seqlen_k, 1)))
 
 
 def rel_err(x, ref):
@@ -99,14 +116,14 @@ def make(b, sq, sk, hq, hkv, d, dv, dtype, seed):
     return q, k, v
 
 
-def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1), sinks=None):
+def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1), sinks=None, softcap=0.0):
     dtype = dtype or q.dtype
     eff = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     poison_allocator(q.shape[0] * q.shape[1] * q.shape[2] * v.shape[3] * 2 + q.shape[0] * q.shape[2] * q.shape[1] * 4)
     o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True, window_size=window,
-                              sinks=sinks)
+                              sinks=sinks, softcap=softcap)
     torch.cuda.synchronize()
-    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window, sinks)
+    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window, sinks, softcap)
     assert o.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3]) and o.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an element was not written (NaN poison)"
@@ -114,7 +131,7 @@ def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1), sinks=
     assert err < TOL[dtype], f"relative Frobenius error {err:.2e}"
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isinf(lse), ~finite)
-    assert (lse.double()[finite] - ref_lse[finite]).abs().max().item() < 1e-3 * max(1, math.log(k.shape[1]))
+    assert (lse.double()[finite] - ref_lse[finite]).abs().max().item() < lse_tol(k.shape[1])
     return err
 
 
@@ -440,6 +457,106 @@ def test_sinks_training_step_under_torch_compile_fullgraph():
         assert b is not None and (a.double() - b.double()).norm() <= 1e-2 * a.double().norm()
 
 
+# ---- logit softcapping -----------------------------------------------------------------------------------------------
+
+# (softcap, spread): a cap that bites (the scaled scores, spread 3x, reach +-10) and a mild one (Gemma 2's 50 is
+# milder still). The kernels' tanh is tanh.approx (about 2^-11 of the score): the usual tolerances hold.
+CAPS = [(5.0, 3.0), (30.0, 1.0)]
+
+
+def make_capped(b, sq, sk, hq, hkv, d, dtype, seed, spread):
+    """make's q, k, v (d_v = d) with q times `spread`, the scaled scores' standard deviation."""
+    q, k, v = make(b, sq, sk, hq, hkv, d, d, dtype, seed)
+    return q * spread, k, v
+
+
+@pytest.mark.parametrize("d", [64, 128, 132])
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (100, 37)), (True, (16, -1))])
+@pytest.mark.parametrize("softcap, spread", CAPS)
+def test_softcap_matches_float64(d, causal, window, softcap, spread):
+    # 300 queries on 500 keys, GQA 4:1; 500 on 300, MQA, where causal and the windows leave rows without keys.
+    check(*make_capped(2, 300, 500, 8, 2, d, torch.bfloat16, d, spread), causal=causal, window=window,
+          softcap=softcap)
+    check(*make_capped(1, 500, 300, 4, 1, d, torch.float16, d + 7, spread), causal=causal, window=window,
+          softcap=softcap)
+
+
+@pytest.mark.parametrize("d, causal, window", [(64, True, (-1, -1)), (128, False, (100, 37)), (132, True, (16, -1)),
+                                               (128, False, (-1, -1))])
+def test_softcap_with_sinks(d, causal, window):
+    # The sinks are logits in the capped scores' units, themselves uncapped; rows without keys: O = 0, LSE = sink.
+    for (softcap, spread), dtype, shape, seed in zip(CAPS, (torch.bfloat16, torch.float16),
+                                                     ((2, 300, 500, 8, 2), (1, 500, 300, 4, 1)), (d, d + 7)):
+        check(*make_capped(*shape, d, dtype, seed, spread), causal=causal, window=window,
+              sinks=make_sinks(shape[3], seed), softcap=softcap)
+
+
+def test_softcap_is_applied_and_0_is_none():
+    q, k, v = make_capped(2, 200, 300, 4, 2, 128, torch.bfloat16, 61, 3.0)
+    ref, _ = sdpa_reference(q, k, v, True, 1 / math.sqrt(128))
+    capped = rtattn.attention(q, k, v, causal=True, softcap=5.0)
+    assert rel_err(capped, ref) > 0.1, "a cap of 5 on scores reaching 10 left O as the uncapped attention's"
+    assert torch.equal(rtattn.attention(q, k, v, causal=True, softcap=5), capped)  # an int cap
+    # 0: the kernel without softcap, bit for bit; a cap far above every score: the uncapped attention.
+    assert torch.equal(rtattn.attention(q, k, v, causal=True, softcap=0.0), rtattn.attention(q, k, v, causal=True))
+    assert rel_err(rtattn.attention(q, k, v, causal=True, softcap=1e4), ref) < TOL[torch.bfloat16]
+    # No key at all (answered in Python): O = 0, LSE = +inf, as without a cap.
+    q, k, v = make(2, 16, 0, 4, 2, 64, 64, torch.bfloat16, seed=62)
+    o, lse = rtattn.attention(q, k, v, return_lse=True, softcap=5.0)
+    assert torch.count_nonzero(o) == 0 and torch.isposinf(lse).all()
+
+
+def test_softcap_through_the_op_and_under_torch_compile():
+    q, k, v = make_capped(2, 200, 300, 6, 2, 100, torch.bfloat16, 63, 3.0)
+    o, lse = rtattn.attention(q, k, v, causal=True, return_lse=True, softcap=5.0)
+    o2, lse2 = torch.ops.rtattn.attention(q, k, v, True, None, False, -1, -1, None, 5.0)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    assert torch.equal(torch.ops.rtattn.attention(q, k, v, True, None, False, softcap=5.0)[0], o)
+    f = torch.compile(lambda q, k, v: rtattn.attention(q, k, v, causal=True, softcap=5.0), fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(f(q, k, v), o)
+    meta = [torch.empty(t.shape, device="meta", dtype=t.dtype) for t in (q, k, v)]
+    o, lse = rtattn.attention(*meta, return_lse=True, softcap=5.0)
+    assert o.shape == q.shape and lse.shape == (2, 6, 200) and o.device.type == "meta"
+
+
+def raises_softcap_refusal(fn):
+    """fn raises softcap's NotImplementedError, or an error caused by it (torch.compile's backend wraps what it
+    raised while tracing the backward: BackendCompilerFailed)."""
+    with pytest.raises(Exception) as e:
+        fn()
+    err = e.value
+    while not isinstance(err, NotImplementedError) and (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__
+    assert isinstance(err, NotImplementedError) and "softcap" in str(err) and "no backward" in str(err), repr(e.value)
+
+
+def test_softcap_has_no_backward_and_says_so():
+    q, k, v = make(1, 64, 64, 4, 2, 64, 64, torch.bfloat16, seed=64)
+    # Refused before the forward runs: any input that would want a gradient, the sinks too.
+    for i in range(3):
+        args = [q, k, v]
+        args[i] = args[i].detach().requires_grad_()
+        with pytest.raises(NotImplementedError, match="softcap: .*no backward"):
+            rtattn.attention(*args, softcap=5.0)
+    with pytest.raises(NotImplementedError, match="softcap: .*no backward"):
+        rtattn.attention(q, k, v, sinks=make_sinks(4, 64).requires_grad_(), softcap=5.0)
+    # Nothing to differentiate: it runs. softcap=0 keeps the backward.
+    qg = q.detach().requires_grad_()
+    with torch.no_grad():
+        assert torch.equal(rtattn.attention(qg, k, v, softcap=5.0), rtattn.attention(q, k, v, softcap=5.0))
+    rtattn.attention(qg, k, v, softcap=0.0).float().sum().backward()
+    assert qg.grad is not None
+    # The op called directly passes no such check: its backward refuses, never gives the uncapped scores' gradients.
+    o, _ = torch.ops.rtattn.attention(q.detach().requires_grad_(), k, v, False, None, False, -1, -1, None, 5.0)
+    raises_softcap_refusal(lambda: o.float().sum().backward())
+    # Compiled: refused while dynamo traces attention(), or while AOTAutograd traces the op's backward.
+    for fn in (lambda q: rtattn.attention(q, k, v, softcap=5.0),
+               lambda q: torch.ops.rtattn.attention(q, k, v, False, None, False, -1, -1, None, 5.0)[0]):
+        compiled = torch.compile(fn, backend="aot_eager")
+        raises_softcap_refusal(lambda: compiled(q.detach().requires_grad_()).float().sum().backward())
+
+
 def test_gradient_through_the_returned_lse():
     check_grads(2, 150, 100, 4, 2, 64, 64, torch.bfloat16, True, seed=8, with_dlse=True)
 
@@ -518,6 +635,13 @@ def test_argument_errors_name_the_argument():
     bad(lambda: rtattn.attention(q, k, v, sinks=torch.zeros(4)), "sinks", "is on cpu")
     bad(lambda: rtattn.attention(q, k, v, sinks=torch.zeros(4, dtype=torch.int32, device="cuda")), "sinks", "floating")
     bad(lambda: rtattn.attention(q, k, v, sinks=[0.0] * 4), "sinks", "torch.Tensor")
+    for cap, match in ((-1.0, ">= 0"), (math.nan, ">= 0"), (math.inf, ">= 0"), (-math.inf, ">= 0"),
+                       ("5", "not a real number"), (True, "not a real number"), (None, "not a real number"),
+                       (torch.tensor(5.0), "not a real number"), (1e39, "float32"), (1e-39, "float32")):
+        bad(lambda: rtattn.attention(q, k, v, softcap=cap), "softcap", match)
+    # Before the refusal of a backward (q needs a gradient), and in the op called directly.
+    bad(lambda: rtattn.attention(q.detach().requires_grad_(), k, v, softcap=-1.0), "softcap", ">= 0")
+    bad(lambda: torch.ops.rtattn.attention(q, k, v, False, None, False, -1, -1, None, math.nan), "softcap", ">= 0")
     # Through the custom op (q needs a gradient): the same check.
     bad(lambda: rtattn.attention(q.detach().requires_grad_(), k, v, sinks=torch.zeros(5, device="cuda")), "sinks",
         "shape")

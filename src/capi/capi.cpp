@@ -417,6 +417,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.num_pages = a.num_pages;
         window_of(a, f);
         f.sinks = a.sinks;
+        f.softcap = a.softcap;
         k.forward(f, stream);
     });
 }

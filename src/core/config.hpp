@@ -38,6 +38,9 @@ struct AttentionConfig {
     // sinks: attention sinks (gpt-oss; vLLM's s_aux): each query head's fp32 logit, the call's sinks[heads_q], joins
     // every row's softmax denominator (a key with a zero value); the backward gives its gradient dsinks.
     bool sinks = false;
+    // softcap: logit softcapping (Gemma 2, Grok): each scaled score s becomes softcap * tanh(s / softcap) before the
+    // softmax, softcap the call's value (> 0). Forward passes only for now (plan_backward refuses it).
+    bool softcap = false;
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const;  // the effective softmax scale

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "common/geometry.h"
@@ -163,6 +164,23 @@ void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsin
         if (!aligned(ptr, 4)) throw ArgumentError(field, "must be 4-byte aligned (float32)");
 }
 
+void check_softcap(const AttentionConfig& c, float softcap) {
+    if (!c.softcap) {
+        if (softcap != 0)
+            throw ArgumentError("softcap", fmt::format("{} given, but the kernel has no softcap (config.softcap = 0): "
+                                                       "pass 0, or build the kernel with softcap = 1",
+                                                       softcap));
+        return;
+    }
+    // The kernels take scale / softcap and softcap * log2(e) as normal floats.
+    const double ratio = c.scale() / softcap;
+    if (!(softcap > 0) || !std::isfinite(softcap) || !(ratio >= 1e-30 && ratio <= 1e30) ||
+        double(softcap) * 1.4426950408889634 > 3e38)
+        throw ArgumentError("softcap", fmt::format("{} is not allowed for a softcap kernel: a finite cap > 0 (with "
+                                                   "softmax_scale / softcap within 1e-30..1e30)",
+                                                   softcap));
+}
+
 Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q, int seqlen_k) {
     if (!c.local) return {0, 0};
     Window w;
@@ -174,6 +192,7 @@ Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q
 Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
     check_window(c, a.window_size_left, a.window_size_right);
     check_sinks(c, a.sinks);
+    check_softcap(c, a.softcap);
     const Packing packing{a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k};
     const Rows rows = p.paged_kv ? check_packing(c.varlen, true, packing, a.batch, a.seqlen_q, a.seqlen_k,
                                                  {{"q", &a.q}, {"o", &a.o}})

@@ -60,6 +60,8 @@ void check_window(const AttentionConfig& c, int left, int right);
 // A call's sinks (and the backward's dsinks, null for a forward): a sinks kernel needs sinks (float32, 4-byte
 // aligned; dsinks optional), any other takes neither.
 void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsinks = nullptr);
+// A call's softcap: a softcap kernel needs a finite cap > 0, any other takes 0.
+void check_softcap(const AttentionConfig& c, float softcap);
 // The bounds as the kernels hold them (common/mask.cuh): an unbounded side, or one past every key it could bound,
 // becomes the longest sequence's size (seqlen_k on the left, seqlen_q on the right), which bounds nothing; causal: a
 // right bound of 0.

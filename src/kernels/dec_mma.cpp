@@ -131,6 +131,7 @@ public:
         prm.rotate_v = row_rotation(a.v, a.page_size, alternates(l.plan));
         prm.window_left = f.window_left, prm.window_right = f.window_right;
         prm.sinks = f.sinks;
+        prm.softcap_scale = f.softcap_scale;
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);

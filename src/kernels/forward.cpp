@@ -98,6 +98,11 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
     const Window w = window_bounds(c, a.window_size_left, a.window_size_right, a.seqlen_q, a.seqlen_k);
     prm.window_left = w.left, prm.window_right = w.right;
     prm.sinks = a.sinks;
+    if (c.softcap) {  // the softmax sees softcap * tanh(score * scale / softcap): its scale is the cap's
+        prm.softcap_scale = float(c.scale() / a.softcap);
+        prm.scale = a.softcap;
+        prm.scale_log2 = float(double(a.softcap) * 1.4426950408889634);
+    }
     return prm;
 }
 

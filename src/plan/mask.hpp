@@ -1,8 +1,8 @@
 // The mask a kernel is built for and what joins its softmax, stated once on the host: its traits, its program name's
 // suffix, its words in the generated source's comment and in the plan's JSON. Every family's stub asks it; the
 // templates pick the device mask's kind from these traits (common/mask.cuh: mask_kind) and the sinks' code from
-// kSinks. A window's bounds and the sinks' values are not here: they are run-time values (the params' window_left,
-// window_right, sinks), so one cubin serves every window and every sink.
+// kSinks, and the cap's tanh from kSoftcap. A window's bounds, the sinks' values and the cap are not here: they are
+// run-time values (the params' window_left, window_right, sinks, softcap_scale), so one cubin serves every value.
 #pragma once
 #include <string>
 
@@ -12,25 +12,30 @@ struct MaskSpec {
     bool causal = false;  // bottom-right aligned
     bool local = false;   // a sliding window (with causal: its right bound is 0)
     bool sinks = false;   // a per-head logit in every row's softmax denominator (the epilogues; dsinks)
+    bool softcap = false; // scores capped by a tanh before the mask and the softmax (common/softmax.cuh)
 
-    // The traits, as add(name, value) calls: kCausal, kLocal, kSinks.
+    // The traits, as add(name, value) calls: kCausal, kLocal, kSinks, kSoftcap.
     template <class Add>
     void traits(Add add) const {
         add("kCausal", causal);
         add("kLocal", local);
         add("kSinks", sinks);
+        add("kSoftcap", softcap);
     }
     std::string suffix() const {
-        return std::string(causal ? "_causal" : "") + (local ? "_local" : "") + (sinks ? "_sinks" : "");
+        return std::string(causal ? "_causal" : "") + (local ? "_local" : "") + (sinks ? "_sinks" : "") +
+               (softcap ? "_softcap" : "");
     }
     std::string words() const {
-        return std::string(causal ? ", causal" : "") + (local ? ", local" : "") + (sinks ? ", sinks" : "");
+        return std::string(causal ? ", causal" : "") + (local ? ", local" : "") + (sinks ? ", sinks" : "") +
+               (softcap ? ", softcap" : "");
     }
     template <class Json>
     void to_json(Json& j) const {
         j["causal"] = causal;
         j["local"] = local;
         j["sinks"] = sinks;
+        j["softcap"] = softcap;
     }
 };
 

@@ -40,7 +40,7 @@ const arch::Arch& fill_problem(Plan& plan, const AttentionConfig& c, int pad_v_s
     plan.pad_qk = geometry::round_up(plan.head_dim_qk, 16);
     plan.pad_v = geometry::round_up(plan.head_dim_v, pad_v_step);
     plan.bf16 = c.dtype == Dtype::bf16;
-    plan.mask = {c.causal, c.local, c.sinks};
+    plan.mask = {c.causal, c.local, c.sinks, c.softcap};
     plan.varlen = c.varlen;
     plan.arch = c.arch;
     plan.vec_qk = vector_width(plan.head_dim_qk);

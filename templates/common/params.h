@@ -42,6 +42,9 @@ struct FwdParams {
     int window_left, window_right;
     // Sinks (kSinks): [heads_q] logits, in the scaled scores' units, each joining its head's softmax denominators.
     const float* sinks;
+    // Softcap (kSoftcap): a raw score x becomes tanh(x * softcap_scale), softcap_scale = softmax_scale / softcap, and
+    // scale / scale_log2 above are softcap and softcap * log2(e): the softmax and LSE then see softcap * tanh(...).
+    float softcap_scale;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -118,6 +121,7 @@ struct DecParams {
     // window_left .. diagonal + window_right.
     int window_left, window_right;
     const float* sinks;         // kSinks, as FwdParams; with splits the combine adds them
+    float softcap_scale;        // kSoftcap, as FwdParams (scale, scale_log2 then the cap's)
 };
 
 // Parameters of the merge entry (common/merge.cuh): two attention states of the same rows and where the merged one

@@ -110,6 +110,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return r;
 }
 
+// One MUFU op, as ex2.approx (relative error about 2^-11): what softcapping costs per score.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float r;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+
 // 8 bytes from global memory through the read-only path (the kernel never writes K or V).
 __device__ __forceinline__ u64 ldg_nc_u64(const void* p) {
     u64 v;

@@ -89,6 +89,22 @@ __device__ __forceinline__ void online_softmax(float (&s)[kMT][kNB][4], float (&
     rescale(acc_o, corr);
 }
 
+// Softcapping (kOn: the traits' kSoftcap; Gemma 2): a raw score x becomes tanh(x * softcap_scale), softcap_scale =
+// softmax_scale / softcap, and the host makes the softmax's scale the cap, so the softmax and the LSE see softcap *
+// tanh(scaled score / softcap). Before the mask, which writes -inf over hidden scores. tanh.approx is one MUFU op, as
+// the exp is; its error (about 2^-11 of the score) is below that of scores rounded to 16 bits.
+template <bool kOn, int kMT, int kNB>
+__device__ __forceinline__ void apply_softcap(float (&s)[kMT][kNB][4], float softcap_scale) {
+    if constexpr (kOn) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[mt][nb][e] = ptx::tanh_approx(s[mt][nb][e] * softcap_scale);
+    }
+}
+
 // Attention sinks: a row's sink logit (in the scaled scores' units) joins its softmax denominator as a key whose value
 // is zero. m_scaled: the row's max score times the scale (-inf: the row saw no key); sum: its sum of exp(score *
 // scale - m_scaled). Gives the factor that turns the row's accumulator into O (the normalization included) and the

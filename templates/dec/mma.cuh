@@ -238,6 +238,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         float s[T::kMTiles][S::kNB][4];
         warp::gemm<T::kBF16, T::kMTiles, S::kNB / 2, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
             s, aQ, S::kStrideQK, 0, aK, S::kStrideQK, warp_key0 / 16, 1, lane);
+        detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
         // By parity, slot j of this warp's half holds key 2 j + parity: keys below L are slots below (L - parity + 1) / 2.
         auto slot_of = [&](int key) { return by_parity ? (key - parity + 1) >> 1 : key; };  // the first at or past key
         auto col0 = [&] { return (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3); };

@@ -129,6 +129,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         wgmma::wait<0>();
         sm90::fence_regs<kNB * 4>(&s[0][0][0]);
 
+        detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
         if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp * 16, lane);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <chrono>
 #include <fstream>
@@ -92,19 +94,24 @@ std::optional<std::pair<int, int>> parse_window(const std::string& w) {
 
 std::vector<Variant> variants(const BenchOptions& o) {
     std::vector<Variant> out;
+    std::vector<float> caps;
+    for (const auto& c : o.softcaps) {
+        char* end = nullptr;
+        const float cap = c == "off" ? 0.f : std::strtof(c.c_str(), &end);
+        if (c != "off" && (end == c.c_str() || *end || !(cap > 0) || !std::isfinite(cap)))
+            throw Error(fmt::format("--softcap: {} is not off or a finite cap > 0", c));
+        caps.push_back(cap);
+    }
     for (const auto& w : o.windows) {
         parse_window(w);  // refused here, before any kernel is built
         for (const auto& s : o.sinks) {
             if (s != "off" && s != "on") throw Error(fmt::format("--sinks: {} is not off or on", s));
-            out.push_back({w, s == "on"});
+            for (float cap : caps) out.push_back({w, s == "on", cap});
         }
     }
     return out;
 }
 
-std::string Variant::label() const {
-    return (window == "off" ? std::string() : ", window " + window) + (sinks ? ", sinks" : "");
-}
 
 driver::DeviceBuffer sink_logits(int heads) {
     // Around log(keys) of the shapes timed, so the sink neither vanishes nor takes every row.
@@ -152,6 +159,7 @@ struct Case {
     bool varlen = false;
     std::string window;  // "L:R" for a local kernel, empty for the plain mask
     bool sinks = false;
+    float softcap = 0;
 };
 
 double attention_flops(double sq, double sk, int heads, int d, bool causal, bool backward,
@@ -181,6 +189,8 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
     if (bounds) c.window = variant.window;
     c.config.local = bounds.has_value();
     c.sinks = c.config.sinks = variant.sinks;
+    c.softcap = variant.softcap;
+    c.config.softcap = c.softcap > 0;
     c.d = d, c.S = S, c.causal = causal, c.dtype = dt;
     c.config.head_dim_qk = d;
     c.config.dtype = dtype_from_string(dt);
@@ -223,6 +233,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         a.batch = B;
         a.seqlen_q = a.seqlen_k = longest;
         if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
+        a.softcap = c.softcap;
         if (c.sinks) {
             s.sinks = sink_logits(H), s.dsinks = driver::DeviceBuffer(std::size_t(H) * 4);
             a.sinks = static_cast<const float*>(s.sinks.get());
@@ -306,6 +317,7 @@ nlohmann::ordered_json result(const Case& c) {
     j["kernel"] = info.plan.kernel;
     if (!c.window.empty()) j["window"] = c.window;
     if (c.sinks) j["sinks"] = true;
+    if (c.softcap > 0) j["softcap"] = c.softcap;
     return j;
 }
 
@@ -317,7 +329,8 @@ void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
                figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
                j["kernel"].get<std::string>() +
                    (j.contains("window") ? ", window " + j["window"].get<std::string>() : std::string()) +
-                   (j.contains("sinks") ? ", sinks" : ""));
+                   (j.contains("sinks") ? ", sinks" : "") +
+                   (j.contains("softcap") ? fmt::format(", softcap {}", j["softcap"].get<double>()) : ""));
     std::fflush(out);
 }
 
@@ -533,6 +546,9 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     cmd->add_option("--sinks", o->sinks,
                     "off and/or on: on times a sinks kernel (each head's sink a call argument; the backward writes "
                     "dsinks too) (default off)")
+        ->delimiter(',');
+    cmd->add_option("--softcap", o->softcaps,
+                    "off and/or caps > 0: each times a softcap kernel with that cap (forward only) (default off)")
         ->delimiter(',');
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa, range] {

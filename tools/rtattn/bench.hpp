@@ -52,6 +52,8 @@ struct BenchOptions {
     // --sinks: off and/or on; on times a sinks kernel (each head's sink logit a call argument; the backward writes
     // dsinks too).
     std::vector<std::string> sinks = {"off"};
+    // --softcap: off and/or caps (> 0), each a softcap kernel (the cap a call argument; forward passes only).
+    std::vector<std::string> softcaps = {"off"};
 };
 
 // --head-dim-range "lo:hi:step" (e.g. 32:256:4): the head dims lo, lo+step, ..., up to hi, each 1..256.
@@ -62,12 +64,12 @@ std::vector<std::uint16_t> random_halves(std::size_t n, bool bf16, unsigned seed
 double median(std::vector<double> v);
 // A --window value: nullopt for "off", else its bounds (Error naming --window otherwise).
 std::optional<std::pair<int, int>> parse_window(const std::string& w);
-// The score variants timed for each shape: every --window value with every --sinks value (Error naming --sinks for a
-// value that is not off or on).
+// The score variants timed for each shape: every --window value with every --sinks and every --softcap value (Error
+// naming the flag for a value it does not take).
 struct Variant {
     std::string window;
     bool sinks = false;
-    std::string label() const;  // ", window L:R", ", sinks", both, or empty
+    float softcap = 0;  // 0: off
 };
 std::vector<Variant> variants(const BenchOptions& o);
 // A sinks variant's device float32 [heads] sink logits (the same every run).

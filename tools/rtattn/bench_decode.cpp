@@ -50,6 +50,7 @@ struct DecodeCase {
     int window_left = -1;  // a local kernel's left bound (-1: none, or unbounded)
     std::string window;    // "L:R", or empty
     bool sinks = false;
+    float softcap = 0;
 
     // K and V bytes the step must read: each sequence's keys, or those its window spans (its tokens' windows
     // together: the last window_left + q keys).
@@ -76,6 +77,8 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     cfg.local = bounds.has_value();
     if (bounds) c.window = variant.window, c.window_left = bounds->first;
     c.sinks = cfg.sinks = variant.sinks;
+    c.softcap = variant.softcap;
+    cfg.softcap = c.softcap > 0;
     if (!o.arch.empty()) cfg.arch = o.arch;
     c.kernel = rt.get(cfg);
     const int B = shape.batch, S = shape.keys;
@@ -123,6 +126,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
         a.num_splits = splits;
         if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
         if (c.sinks) s.sinks = sink_logits(c.H), a.sinks = static_cast<const float*>(s.sinks.get());
+        a.softcap = c.softcap;
         a.workspace_bytes = c.kernel.workspace_bytes(B, q, S, splits);
         s.ws = driver::DeviceBuffer(std::max<std::size_t>(a.workspace_bytes, 256));
         a.workspace = s.ws.get();
@@ -196,7 +200,7 @@ int run_decode_bench(const BenchOptions& o) {
                    c.d, c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
                    ms * 1e3, gbs, 100 * gbs / copy,
                    c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window) +
-                       (c.sinks ? ", sinks" : ""));
+                       (c.sinks ? ", sinks" : "") + (c.softcap > 0 ? fmt::format(", softcap {}", c.softcap) : ""));
         std::fflush(table);
         nlohmann::ordered_json j;
         j["d"] = c.d, j["batch"] = c.shape.batch, j["keys"] = c.shape.keys, j["H"] = c.H, j["H_kv"] = c.Hkv;
@@ -206,6 +210,7 @@ int run_decode_bench(const BenchOptions& o) {
         j["kernel"] = c.kernel.info().plan.kernel;
         if (!c.window.empty()) j["window"] = c.window, j["keys_read"] = c.keys_read();
         if (c.sinks) j["sinks"] = true;
+        if (c.softcap > 0) j["softcap"] = c.softcap;
         rows.push_back(std::move(j));
     };
     for (const auto& dt : o.dtypes)

@@ -71,6 +71,8 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
                   "a sliding window (local attention), its bounds given per call: one kernel for every window");
     app->add_flag("--sinks", o.flags.sinks,
                   "attention sinks: a per-head logit, given per call, in every softmax denominator (gpt-oss)");
+    app->add_flag("--softcap", o.flags.softcap,
+                  "logit softcapping: scores cap * tanh(score / cap), the cap given per call (Gemma 2; forward only)");
 }
 
 const tool::ExpandOptions& resolve_arch() {
