@@ -105,6 +105,15 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
         CHECK(t.out.find("backward plan:") != std::string::npos);
         CHECK(t.out.find("dQ by bulk reduction") != std::string::npos);
     }
+
+    SECTION("a config with a forward and no backward (softcap): the forward's plan, and why there is no backward") {
+        const json j = cli.json_of("info --json --head-dim 64 --arch sm_80 --softcap");
+        CHECK(j["plan"]["plan"]["family"] == "fwd_mma");
+        CHECK(j["backward"]["unavailable"].get<std::string>().find("softcap") != std::string::npos);
+        const Result t = cli("info --head-dim 64 --arch sm_80 --softcap");
+        CHECK(t.code == 0);
+        CHECK(t.out.find("backward plan: none (softcap") != std::string::npos);
+    }
 }
 
 TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that a GPU is needed", "[cli]") {

@@ -151,6 +151,10 @@ json backward_info_json(const ResolvedBackward& r, const cache::DiskCache& disk)
 }
 
 void print_backward_text(const json& b) {
+    if (b.contains("unavailable")) {  // a config whose forward runs and whose backward is refused (softcap)
+        fmt::print("backward plan: none ({})\n", b["unavailable"].get<std::string>());
+        return;
+    }
     const json& p = b["plan"];
     fmt::print("backward plan:\n");
     fmt::print("  kernel: {} ({})\n", b["kernel"].get<std::string>(), p["family"].get<std::string>());
@@ -213,7 +217,13 @@ int info(const GlobalOptions& g, const tool::ConfigFlags& flags, bool as_json) {
     if (flags.any_shape_flag() || !flags.archs.empty()) {
         const AttentionConfig config = single_config(flags);
         j["plan"] = plan_info_json(*resolve_one(g, config), *disk);
-        if (!config.decode && !config.paged_kv) j["backward"] = backward_info_json(*resolve_backward_one(g, config), *disk);
+        if (!config.decode && !config.paged_kv) {
+            try {
+                j["backward"] = backward_info_json(*resolve_backward_one(g, config), *disk);
+            } catch (const ConfigError& e) {  // the forward's plan stands; say why there is no backward
+                j["backward"] = json{{"unavailable", e.what()}};
+            }
+        }
     }
     if (as_json)
         fmt::print("{}\n", dump(std::move(j)));
