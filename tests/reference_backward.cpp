@@ -44,7 +44,15 @@ struct RowStats {
 
 double score(const DenseProblem& p, int b, int h, int i, int j) {
     const int kvh = h / (p.heads_q / p.heads_kv);
-    return p.scale * dot(&p.q[p.q_index(b, i, h, 0)], &p.k[p.k_index(b, j, kvh, 0)], p.head_dim_qk);
+    const double s = p.scale * dot(&p.q[p.q_index(b, i, h, 0)], &p.k[p.k_index(b, j, kvh, 0)], p.head_dim_qk);
+    return p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s;
+}
+
+// d score / d (scaled dot product) at a score: 1, or the cap's 1 - tanh^2.
+double cap_slope(const DenseProblem& p, double score) {
+    if (p.softcap <= 0) return 1.0;
+    const double t = score / p.softcap;
+    return 1.0 - t * t;
 }
 
 double dp(const DenseProblem& p, int b, int h, int i, int j) {
@@ -127,7 +135,7 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         st.delta[st.at(p, b, h, i)] = delta;
         double* dq = &r.dq[p.q_index(b, i, h, 0)];
         for (int j = 0; j < n; ++j) {
-            const double ds = pr[j] * (dpr[j] - delta);
+            const double ds = pr[j] * (dpr[j] - delta) * cap_slope(p, s[j]);
             const double* kj = &p.k[p.k_index(b, keys.first + j, h / group, 0)];
             for (int d = 0; d < p.head_dim_qk; ++d) dq[d] += p.scale * ds * kj[d];
         }
@@ -156,8 +164,9 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
                 const KeyRange keys = p.keys(i);
                 if (j < keys.first || j >= keys.end) continue;
                 const std::size_t row = st.at(p, b, h, i);
-                const double pr = std::exp(score(p, b, h, i, j) - st.lse[row]);
-                const double ds = pr * (dp(p, b, h, i, j) - st.delta[row]);
+                const double sc = score(p, b, h, i, j);
+                const double pr = std::exp(sc - st.lse[row]);
+                const double ds = pr * (dp(p, b, h, i, j) - st.delta[row]) * cap_slope(p, sc);
                 const double* qi = &p.q[p.q_index(b, i, h, 0)];
                 const double* doi = &p.dout[p.o_index(b, i, h, 0)];
                 for (int d = 0; d < p.head_dim_v; ++d) dv[d] += pr * doi[d];
@@ -174,6 +183,7 @@ DenseProblem dense_from(const ReferenceProblem& p, const HostTensorView& dout) {
     d.causal = p.causal, d.scale = p.scale;
     d.window_left = p.window_left, d.window_right = p.window_right;
     d.sinks = p.sinks;
+    d.softcap = p.softcap;
     d.q.resize(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_qk);
     d.k.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_qk);
     d.v.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_v);

@@ -2,6 +2,7 @@
 // derivative with respect to O is dO), in float64. GQA: dK and dV are per KV head, summed over the group's query heads.
 // Causal is aligned bottom-right, as the forward; a query that sees no key contributes nothing (its dQ row is zero).
 // Attention sinks: a per-head logit in each row's denominator (a key of value zero), with its gradient dsinks.
+// Softcapping: scores softcap * tanh(s / softcap), whose derivative 1 - tanh^2 scales dS.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,6 +19,7 @@ struct DenseProblem {
     double scale = 1.0;
     std::vector<double> q, k, v, dout;
     std::vector<double> sinks;  // [heads_q] sink logits (ReferenceProblem::sinks); empty: none
+    double softcap = 0;         // > 0: scaled scores s become softcap * tanh(s / softcap) (ReferenceProblem::softcap)
     // Optional [batch, heads_q, seqlen_q]: the loss's gradient with respect to the forward's LSE (empty: none).
     std::vector<double> dlse;
 
