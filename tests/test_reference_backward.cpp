@@ -182,35 +182,44 @@ TEST_CASE("backward reference with sinks matches finite differences, dsinks incl
     }
 }
 
-TEST_CASE("sinks: the forward references agree, and a keyless row is (O = 0, LSE = sink)", "[reference][sinks]") {
-    // The GPU suites judge the forward with reference_forward (16-bit views) and the backward with dense_*: both
-    // must place the sink alike.
-    test::ReferenceProblem rp;
+namespace {
+
+// The GPU suites judge the forward with reference_forward (16-bit views) and the backward with dense_*, so a variant
+// must read alike in both: rp (1 sequence of at most 4 queries and 5 keys, 2 query heads on 1 kv head, d 3, dv 2)
+// over fixed 16-bit values, both forwards compared. Returns reference_forward's result.
+test::ReferenceResult forward_references_agree(test::ReferenceProblem rp) {
     rp.dtype = Dtype::bf16;
-    rp.batch = 1, rp.seqlen_q = 4, rp.seqlen_k = 2, rp.heads_q = 2, rp.heads_kv = 1, rp.head_dim_qk = 3;
-    rp.head_dim_v = 2, rp.scale = 0.6, rp.causal = true;
-    rp.sinks = {0.25, -1.5};
-    std::vector<std::uint16_t> buf(64);
+    rp.batch = 1, rp.heads_q = 2, rp.heads_kv = 1, rp.head_dim_qk = 3, rp.head_dim_v = 2;
+    std::vector<std::uint16_t> buf(64), zeros(64, 0);
     for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = test::to_bits(std::sin(double(i)), Dtype::bf16);
-    rp.q = {buf.data(), 24, 6, 3};
-    rp.k = {buf.data() + 24, 6, 3, 3};
-    rp.v = {buf.data() + 40, 4, 2, 2};
+    rp.q = {buf.data(), 6 * rp.seqlen_q, 6, 3};
+    rp.k = {buf.data() + 24, 3 * rp.seqlen_k, 3, 3};
+    rp.v = {buf.data() + 40, 2 * rp.seqlen_k, 2, 2};
     const test::ReferenceResult r = test::reference_forward(rp, 1);
-    std::vector<std::uint16_t> zeros(64, 0);
-    const DenseProblem d = test::dense_from(rp, {zeros.data(), 16, 4, 2});
+    const DenseProblem d = test::dense_from(rp, {zeros.data(), 4 * rp.seqlen_q, 4, 2});
     const auto o = test::dense_forward(d);
     const auto lse = test::dense_lse(d);
     for (std::size_t i = 0; i < o.size(); ++i) CHECK(r.o[i] == Approx(o[i]).epsilon(1e-12).margin(1e-15));
     for (std::size_t i = 0; i < lse.size(); ++i) CHECK(r.lse[i] == Approx(lse[i]).epsilon(1e-12));
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("sinks: the forward references agree, and a keyless row is (O = 0, LSE = sink)", "[reference][sinks]") {
+    test::ReferenceProblem rp;
+    rp.seqlen_q = 4, rp.seqlen_k = 2, rp.scale = 0.6, rp.causal = true;
+    rp.sinks = {0.25, -1.5};
+    const test::ReferenceResult r = forward_references_agree(rp);
     for (int h = 0; h < 2; ++h)
         for (int i = 0; i < 2; ++i) {  // rows 0, 1 see keys [0, i - 2 + 1) = none
             CHECK(r.lse[r.lse_index(0, h, i)] == rp.sinks[h]);
             for (int e = 0; e < 2; ++e) CHECK(r.o[r.o_index(0, i, h, e)] == 0.0);
         }
-    // A row with keys: its weights and the sink's sum to 1, so |O| shrinks against the same row without the sink.
+    // A row with keys: the sink adds to its denominator, so its LSE rises against the same row without it.
     test::ReferenceProblem plain = rp;
     plain.sinks.clear();
-    const test::ReferenceResult r0 = test::reference_forward(plain, 1);
+    const test::ReferenceResult r0 = forward_references_agree(plain);
     CHECK(r.lse[r.lse_index(0, 0, 3)] > r0.lse[r0.lse_index(0, 0, 3)]);
 }
 
@@ -243,19 +252,6 @@ TEST_CASE("backward reference with softcapping matches finite differences", "[re
     }
     // reference_forward (16-bit views) caps as dense_forward does.
     test::ReferenceProblem rp;
-    rp.dtype = Dtype::bf16;
-    rp.batch = 1, rp.seqlen_q = 3, rp.seqlen_k = 4, rp.heads_q = 2, rp.heads_kv = 1, rp.head_dim_qk = 3;
-    rp.head_dim_v = 2, rp.scale = 2.0, rp.softcap = 0.7;
-    std::vector<std::uint16_t> buf(64);
-    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = test::to_bits(std::sin(double(i)), Dtype::bf16);
-    rp.q = {buf.data(), 18, 6, 3};
-    rp.k = {buf.data() + 20, 12, 3, 3};
-    rp.v = {buf.data() + 40, 8, 2, 2};
-    const test::ReferenceResult r = test::reference_forward(rp, 1);
-    std::vector<std::uint16_t> zeros(64, 0);
-    const DenseProblem d = test::dense_from(rp, {zeros.data(), 12, 4, 2});
-    const auto o = test::dense_forward(d);
-    const auto lse = test::dense_lse(d);
-    for (std::size_t i = 0; i < o.size(); ++i) CHECK(r.o[i] == Approx(o[i]).epsilon(1e-12).margin(1e-15));
-    for (std::size_t i = 0; i < lse.size(); ++i) CHECK(r.lse[i] == Approx(lse[i]).epsilon(1e-12));
+    rp.seqlen_q = 3, rp.seqlen_k = 4, rp.scale = 2.0, rp.softcap = 0.7;
+    forward_references_agree(rp);
 }
