@@ -103,7 +103,7 @@ std::vector<Variant> variants(const BenchOptions& o) {
         caps.push_back(cap);
     }
     for (const auto& w : o.windows) {
-        parse_window(w);  // refused here, before any kernel is built
+        parse_window(w);  // refused here, before any shape or kernel is prepared
         for (const auto& s : o.sinks) {
             if (s != "off" && s != "on") throw Error(fmt::format("--sinks: {} is not off or on", s));
             for (float cap : caps) out.push_back({w, s == "on", cap});
@@ -408,11 +408,12 @@ int run_throughput(const BenchOptions& o) {
     const int mean_len = lens.empty() ? 0 : int(std::accumulate(lens.begin(), lens.end(), 0LL) / lens.size());
     BenchOptions same_tokens = o;  // the dense twin of a varlen batch: its tokens, sequences of the mean length
     same_tokens.tokens = mean_len * int(lens.size());
+    const std::vector<Variant> all_variants = variants(o);  // a bad --window/--sinks/--softcap: refused once
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
             for (int S : o.varlen ? std::vector<int>{mean_len} : o.seqlens)
                 for (bool causal : o.causal)
-                for (const Variant& variant : variants(o)) {
+                for (const Variant& variant : all_variants) {
                     try {
                         if (o.varlen) {
                             auto dense = prepare(rt, same_tokens, d, S, causal, dt);

@@ -213,6 +213,7 @@ int run_decode_bench(const BenchOptions& o) {
         if (c.softcap > 0) j["softcap"] = c.softcap;
         rows.push_back(std::move(j));
     };
+    const std::vector<Variant> all_variants = variants(o);  // a bad --window/--sinks/--softcap: refused once
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
             for (const auto& text : o.decode_shapes)
@@ -220,7 +221,7 @@ int run_decode_bench(const BenchOptions& o) {
                     for (int page : o.page_sizes)
                         for (bool causal : o.causal)
                             for (int splits : o.num_splits)
-                            for (const Variant& variant : variants(o)) {
+                            for (const Variant& variant : all_variants) {
                                 try {
                                     auto c = prepare(rt, o, d, parse_shape(text), q, page, causal, dt, splits,
                                                      variant);
