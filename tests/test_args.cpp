@@ -143,7 +143,7 @@ TEST_CASE("sinks: a sinks kernel needs them (float32, aligned), any other refuse
     }
 }
 
-TEST_CASE("softcap: a softcap kernel needs a finite cap > 0, any other takes 0, every forward pass",
+TEST_CASE("softcap: a softcap kernel needs a finite cap > 0, any other takes 0, prefill and decode",
           "[args][softcap]") {
     for (bool decode : {false, true}) {
         CAPTURE(decode);
@@ -285,5 +285,24 @@ TEST_CASE("backward calls: tensors, the LSE and the plan's workspace", "[args][b
     CHECK(sink_field(some, some + 64) == "");
     CHECK(sink_field(reinterpret_cast<const float*>(kBase + 2), nullptr) == "sinks");
     CHECK(sink_field(some, reinterpret_cast<const float*>(kBase + 6)) == "dsinks");
+    // Softcap: the forward's cap, as the forward checks it (a softcap kernel needs one, any other takes 0).
+    c.sinks = false;
+    CHECK(bad([](rtattn::BackwardArgs& b) { b.softcap = 30.f; }) == "softcap");
+    c.softcap = true;
+    const auto pc = rtattn::plan::plan_backward(c);
+    auto cap_field = [&](float cap) -> std::string {
+        rtattn::BackwardArgs b = a;
+        b.softcap = cap;
+        try {
+            pc.family->validate_args(pc, c, b, z);
+        } catch (const rtattn::ArgumentError& e) {
+            return e.field();
+        }
+        return "";
+    };
+    CHECK(cap_field(0.f) == "softcap");
+    CHECK(cap_field(-2.f) == "softcap");
+    CHECK(cap_field(std::numeric_limits<float>::quiet_NaN()) == "softcap");
+    CHECK(cap_field(30.f) == "");
     CHECK_THROWS_AS(p.family->check_call(p, c, {0, 64, 64}), rtattn::ArgumentError);
 }

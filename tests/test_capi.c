@@ -365,6 +365,16 @@ static void test_backward(void) {
         rtattn_kernel_info_init(&fwd);
         CHECK(rtattn_runtime_plan(rt, &c, &fwd) == RTATTN_OK && strcmp(fwd.key, info.key) != 0);
     }
+    {
+        /* Softcap: a backward kernel of its own (the cap's slope in dS), built without spills. */
+        char plain_key[65];
+        CHECK(strlen(info.key) == 64);
+        memcpy(plain_key, info.key, 65);
+        c.softcap = 1;
+        CHECK(rtattn_runtime_precompile_backward(rt, &c, &info) == RTATTN_OK);
+        CHECK(info.registers > 0 && info.spill_bytes == 0 && strcmp(info.key, plain_key) != 0);
+        c.softcap = 0;
+    }
     c.head_dim_qk = 257;
     CHECK_FAILS(rtattn_runtime_precompile_backward(rt, &c, &info), RTATTN_ERROR_CONFIG, "head_dim_qk");
     CHECK_FAILS(rtattn_runtime_get_backward(rt, &c, NULL), RTATTN_ERROR_ARGUMENT, "out");
@@ -384,6 +394,10 @@ static void test_backward(void) {
         CHECK(small > 0 && large > 32 * small);
         CHECK_FAILS(rtattn_backward_kernel_workspace_bytes(k, 0, 1, 1, &small), RTATTN_ERROR_ARGUMENT, "batch");
         CHECK_FAILS(rtattn_kernel_backward(k, &args, NULL), RTATTN_ERROR_ARGUMENT, "batch");
+        args.batch = 1, args.seqlen_q = args.seqlen_k = 128;
+        args.softcap = 30.f; /* a cap on a kernel without softcap */
+        CHECK_FAILS(rtattn_kernel_backward(k, &args, NULL), RTATTN_ERROR_ARGUMENT, "softcap");
+        args.softcap = 0.f;
         args.struct_size = 8;
         CHECK_FAILS(rtattn_kernel_backward(k, &args, NULL), RTATTN_ERROR_ARGUMENT, "args.struct_size");
         rtattn_config_init(&kc);

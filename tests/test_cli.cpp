@@ -106,13 +106,23 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
         CHECK(t.out.find("dQ by bulk reduction") != std::string::npos);
     }
 
-    SECTION("a config with a forward and no backward (softcap): the forward's plan, and why there is no backward") {
-        const json j = cli.json_of("info --json --head-dim 64 --arch sm_80 --softcap");
-        CHECK(j["plan"]["plan"]["family"] == "fwd_mma");
-        CHECK(j["backward"]["unavailable"].get<std::string>().find("softcap") != std::string::npos);
-        const Result t = cli("info --head-dim 64 --arch sm_80 --softcap");
+    SECTION("a config whose backward cannot be planned (a bad backward tile override): the forward's plan, and why "
+            "there is no backward") {
+        const std::string env = "RTATTN_BWD_TILE=1,2,3 ";
+        const Result j = cli.raw("--cache-dir '" + cli.cache.str() + "' info --json --head-dim 64 --arch sm_80", env);
+        REQUIRE(j.code == 0);
+        const json parsed = json::parse(j.out);
+        CHECK(parsed["plan"]["plan"]["family"] == "fwd_mma");
+        CHECK(parsed["backward"]["unavailable"].get<std::string>().find("RTATTN_BWD_TILE") != std::string::npos);
+        const Result t = cli.raw("--cache-dir '" + cli.cache.str() + "' info --head-dim 64 --arch sm_80", env);
         CHECK(t.code == 0);
-        CHECK(t.out.find("backward plan: none (softcap") != std::string::npos);
+        CHECK(t.out.find("backward plan: none (RTATTN_BWD_TILE") != std::string::npos);
+    }
+
+    SECTION("softcap: a backward plan too") {
+        const json j = cli.json_of("info --json --head-dim 64 --arch sm_80 --softcap");
+        CHECK(j["backward"]["plan"]["softcap"] == true);
+        CHECK(j["backward"]["plan"]["family"] == "bwd_mma");
     }
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <future>
 #include <thread>
+#include <tuple>
 #include <string>
 #include <vector>
 #include <atomic>
@@ -37,10 +38,12 @@ rtattn::compile::Compiled build(int d, const char* arch, rtattn::Dtype dt, bool 
     return rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
 }
 rtattn::render::RenderedSource backward_source(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0,
-                                               bool varlen = false, bool local = false, bool sinks = false) {
+                                               bool varlen = false, bool local = false, bool sinks = false,
+                                               bool softcap = false) {
     AttentionConfig c;
     c.local = local;
     c.sinks = sinks;
+    c.softcap = softcap;
     c.head_dim_qk = d;
     if (dv) c.head_dim_v = dv;
     c.arch = arch;
@@ -56,8 +59,8 @@ struct BuiltBackward {
     std::vector<std::string> entries;
 };
 BuiltBackward build_backward(int d, const char* arch, rtattn::Dtype dt, bool causal, int dv = 0, bool varlen = false,
-                             bool local = false, bool sinks = false) {
-    const auto src = backward_source(d, arch, dt, causal, dv, varlen, local, sinks);
+                             bool local = false, bool sinks = false, bool softcap = false) {
+    const auto src = backward_source(d, arch, dt, causal, dv, varlen, local, sinks, softcap);
     return {rtattn::compile::compile(src, arch), src.entries};
 }
 rtattn::compile::Compiled build_decode(int d, const char* arch, rtattn::Dtype dt, bool causal, bool paged,
@@ -183,7 +186,8 @@ TEST_CASE("attention-sink kernels compile with 0 spills: every forward epilogue,
     }
 }
 
-TEST_CASE("softcap kernels compile with 0 spills: every forward family, decode", "[compile][nvrtc][softcap]") {
+TEST_CASE("softcap kernels compile with 0 spills: every forward family, decode, the backward",
+          "[compile][nvrtc][softcap]") {
     // The tanh sits between QK^T and the mask in each family's score loop: fwd_mma (sm_80), fwd_sm90_ws whole, split
     // (d132) and shifted (d100, 8 kv heads) rows, its persistent walk (d128), varlen; decode's split-KV kernel.
     for (const char* arch : {"sm_80", "sm_90a"})
@@ -202,6 +206,20 @@ TEST_CASE("softcap kernels compile with 0 spills: every forward family, decode",
         INFO("NVRTC log:\n" << out.log);
         CHECK(out.ptxas.spill_store_bytes == 0);
         CHECK(out.ptxas.stack_bytes == 0);
+    }
+    // The backward: the cap's slope joins dS in each family's way (bwd/mma.cuh and bwd_sm90: P times the slope waits
+    // in dS's places; bwd_sm90_ws: dS made with P once dP is in; its split by GEMM: handed over packed). sm_80: the
+    // mma.sync kernel at d100 (255 registers before the cap); sm_90a: the warp-specialized kernel's 64-query steps
+    // (d128; its 128-query steps at d64 spill 28 bytes: not here), shifted rows (d132), the wide form (d192), the
+    // split by GEMM (d256), bwd_sm90 (d124), the mma.sync kernel (d100), varlen.
+    for (auto [arch, d, varlen] : {std::tuple{"sm_80", 100, false}, {"sm_80", 256, true}, {"sm_90a", 128, false},
+                                   {"sm_90a", 132, true}, {"sm_90a", 192, false}, {"sm_90a", 256, false},
+                                   {"sm_90a", 124, false}, {"sm_90a", 100, false}}) {
+        CAPTURE(arch, d, varlen);
+        const auto bwd = build_backward(d, arch, rtattn::Dtype::bf16, d % 3 != 0, 0, varlen, false, false,
+                                        /*softcap=*/true);
+        INFO("NVRTC log:\n" << bwd.out.log);
+        check_backward_entries(bwd);
     }
 }
 

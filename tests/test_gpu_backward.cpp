@@ -112,6 +112,7 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
     // Sinks: the forward's, and dsinks with a poisoned guard after it.
     driver::DeviceBuffer dsinks((std::size_t(c.heads_q) + kGuard) * 4);
     if (c.sinks) a.sinks = fa.sinks, a.dsinks = static_cast<float*>(dsinks.get());
+    a.softcap = fa.softcap;
     // A gradient into LSE (a loss that uses the returned LSE): random per row, float32.
     std::vector<float> dlse_host(with_dlse ? std::size_t(c.batch) * c.heads_q * c.seqlen_q : 0);
     for (std::size_t i = 0; i < dlse_host.size(); ++i) dlse_host[i] = u(rng);
@@ -397,6 +398,40 @@ TEST_CASE("backward: attention sinks and their gradient, every family", "[gpu][b
     std::vector<Case> more = {cases[3], cases[7]};  // d64 causal, d128 causal
     run_backward_table("backward sinks with dLSE", more, false, /*with_dlse=*/true);
     run_backward_table("backward sinks deterministic", more, /*deterministic=*/true);
+}
+
+TEST_CASE("backward: softcapping, every family", "[gpu][bwd][softcap]") {
+    SKIP_WITHOUT_GPU();
+    // Scores scaled up (N(0, 9), as the forward's softcap table) so a cap of 5 bends most of them (slopes near 0) and
+    // 30 the tails; with a window and sinks, a gradient into LSE, deterministic runs. sm_90a: d64 the warp-specialized
+    // kernel's 128-query steps, d128 its 64-query ones, d132 shifted rows, d192 the wide form, d256 the split by GEMM
+    // (P^T times the cap's slope handed over), d100 bwd_sm90; d1 the mma.sync kernel (every head dim with
+    // RTATTN_TEST_ARCH=sm_90).
+    std::vector<Case> cases;
+    int i = 0;
+    for (int d : {1, 64, 100, 128, 132, 192, 256})
+        for (bool causal : {false, true}) {
+            Case c;
+            c.d_qk = c.d_v = d;
+            c.causal = causal;
+            c.dtype = i % 3 ? Dtype::bf16 : Dtype::fp16;
+            c.heads_q = 4, c.heads_kv = i % 2 ? 2 : 1;
+            c.seqlen_q = causal ? 500 : 300, c.seqlen_k = causal ? 300 : 500;
+            // (d1's scores are single products, heavy-tailed: at 3x, bf16's rounding of its near one-hot rows took dQ
+            // to 1.2e-2 against the float64 reference, as it would without the cap.)
+            c.scale = (d == 1 ? 1.5 : 3.0) / std::sqrt(double(d)), c.dist = Dist::normal;
+            c.softcap = i++ % 3 == 1 ? 30.f : 5.f;
+            cases.push_back(c);
+        }
+    Case mixed;  // a window and sinks with the cap; GQA 8:1
+    mixed.d_qk = mixed.d_v = 128, mixed.heads_q = 8, mixed.heads_kv = 1, mixed.causal = true;
+    mixed.local = true, mixed.window_left = 100, mixed.window_right = 0, mixed.sinks = true;
+    mixed.seqlen_q = mixed.seqlen_k = 400, mixed.dist = Dist::normal, mixed.softcap = 2.f;
+    cases.push_back(mixed);
+    run_backward_table("backward softcap", cases);
+    std::vector<Case> more = {cases[3], cases[7], cases[11]};  // d64, d128 causal, d192 causal
+    run_backward_table("backward softcap with dLSE", more, false, /*with_dlse=*/true);
+    run_backward_table("backward softcap deterministic", more, /*deterministic=*/true);
 }
 
 TEST_CASE("backward: a CUDA graph of forward + backward replays", "[gpu][bwd]") {

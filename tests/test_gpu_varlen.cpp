@@ -33,7 +33,7 @@ struct VarlenCase {
     bool local = false;                         // config.local, and the calls' window (-1: unbounded)
     int window_left = -1, window_right = -1;
     bool sinks = false;  // config.sinks: each query head's sink logit, drawn with the inputs; dsinks checked
-    float softcap = 0;   // > 0: config.softcap and the calls' cap (forward only: set backward false)
+    float softcap = 0;   // > 0: config.softcap and the calls' cap
 
     int batch() const { return int(lens_q.size()); }
     int total(const std::vector<int>& l) const { return std::accumulate(l.begin(), l.end(), 0); }
@@ -249,6 +249,7 @@ void run_case(const VarlenCase& c) {
     b.deterministic = c.deterministic;
     b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = tq, b.total_k = tk;
     b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
+    b.softcap = a.softcap;
     std::vector<float> dsinks(std::size_t(c.heads_q) + kGuard);
     driver::DeviceBuffer dsinks_dev(dsinks.size() * 4);
     if (c.sinks) b.sinks = a.sinks, b.dsinks = static_cast<float*>(dsinks_dev.get());
@@ -389,14 +390,14 @@ TEST_CASE("varlen: attention sinks per head, forward and dsinks", "[gpu][varlen]
     }
 }
 
-TEST_CASE("varlen: softcapping per sequence, forward", "[gpu][varlen][softcap]") {
+TEST_CASE("varlen: softcapping per sequence, forward and backward", "[gpu][varlen][softcap]") {
     SKIP_WITHOUT_GPU();
     std::mt19937 rng(37);
     int i = 0;
     for (int d : {64, 128, 132, 256}) {
         VarlenCase c = ragged_case(d, i++, rng);
         c.softcap = d == 128 ? 0.5f : 2.f;  // uniform inputs: scaled scores within about +-2
-        c.backward = false;
+        c.deterministic = d == 256;
         c.sinks = d == 64;
         if (d == 132) c.local = true, c.window_left = 40, c.window_right = c.causal ? -1 : 5;
         run_case(c);

@@ -63,7 +63,7 @@ TEST_CASE("sinks: one trait, the program name and plan words of every pass", "[r
     }
 }
 
-TEST_CASE("softcap: one trait and the program name of every forward pass; the backward refused", "[render][softcap]") {
+TEST_CASE("softcap: one trait and the program name of every pass", "[render][softcap]") {
     for (bool softcap : {false, true}) {
         CAPTURE(softcap);
         AttentionConfig c;
@@ -76,13 +76,11 @@ TEST_CASE("softcap: one trait and the program name of every forward pass; the ba
             CHECK((r->name.find("_softcap_") != std::string::npos) == softcap);
         }
         c.decode = false;
-        if (softcap) {
-            try {
-                rtattn::plan::plan_backward(c);
-                FAIL("a softcap backward was planned");
-            } catch (const rtattn::ConfigError& e) {
-                CHECK(e.field() == "softcap");
-            }
+        for (const char* arch : {"sm_90a", "sm_80"}) {
+            c.arch = arch;
+            const auto bwd = rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
+            CHECK(bwd.stub.find(std::string("kSoftcap = ") + (softcap ? "true;" : "false;")) != std::string::npos);
+            CHECK((bwd.name.find("_softcap_") != std::string::npos) == softcap);
         }
     }
 }

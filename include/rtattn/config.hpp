@@ -32,7 +32,7 @@ struct AttentionConfig {
     bool varlen = false;                // packed sequences of different lengths (cu_seqlens), forward and backward
     bool local = false;                 // a sliding window, its bounds per call (window_size_left/right)
     bool sinks = false;                 // a learned per-head logit in every softmax denominator (call's sinks)
-    bool softcap = false;               // scores softcap * tanh(score / softcap), the cap per call (forward only)
+    bool softcap = false;               // scores softcap * tanh(score / softcap), the cap per call
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }

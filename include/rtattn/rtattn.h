@@ -97,8 +97,8 @@ typedef struct rtattn_config {
                                 * is zero (a row that sees no key gives O = 0, LSE = its sink); the backward writes
                                 * its gradient, dsinks. Every pass, as local */
     int32_t softcap;           /* 0 or 1: logit softcapping (Gemma 2): each scaled score s becomes cap * tanh(s / cap)
-                                * before the softmax, cap the call's softcap (> 0). Forward passes only (prefill,
-                                * varlen, paged prefill, decode); a backward of it is refused for now */
+                                * before the softmax, cap the call's softcap (> 0). Every pass (prefill, varlen,
+                                * paged prefill, decode, and the backward with the forward's cap) */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -316,6 +316,8 @@ typedef struct rtattn_backward_args {
      * the rows. NULL for any other kernel. */
     const float* sinks;
     float* dsinks;
+    /* Softcap configs: the forward's cap (required, > 0). 0 for any other kernel. */
+    float softcap;
 } rtattn_backward_args;
 
 RTATTN_API void rtattn_backward_args_init(rtattn_backward_args* args);

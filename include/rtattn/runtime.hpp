@@ -130,6 +130,7 @@ public:
         a.total_q = args.total_q, a.total_k = args.total_k;
         a.has_window = 1, a.window_size_left = args.window_size_left, a.window_size_right = args.window_size_right;
         a.sinks = args.sinks, a.dsinks = args.dsinks;
+        a.softcap = args.softcap;
         detail::check(rtattn_kernel_backward(handle_checked(), &a, stream));
     }
     const AttentionConfig& config() const { return state().config; }  // arch resolved

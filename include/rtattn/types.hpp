@@ -167,6 +167,7 @@ struct BackwardArgs {
     // [heads_q], written (not added to) with the loss's gradient with respect to each sink, summed over the batch.
     const float* sinks = nullptr;
     float* dsinks = nullptr;
+    float softcap = 0;  // softcap configs: the forward's cap (required, > 0); 0 for any other kernel
 };
 
 // What the planner chose, for `rtattn info` and logging.

@@ -113,7 +113,7 @@ class AttentionConfig:
     varlen: bool = False                   # packed sequences of different lengths (cu_seqlens), forward and backward
     local: bool = False                    # a sliding window, its bounds per call (window_size_left/right)
     sinks: bool = False                    # a per-head logit in every softmax denominator (the call's sinks)
-    softcap: bool = False                  # scores capped as cap * tanh(s / cap), the cap per call; no backward yet
+    softcap: bool = False                  # scores capped as cap * tanh(s / cap), the cap per call; every pass
 
     def _to_c(self) -> "_lib.Config":
         c = _lib.Config()

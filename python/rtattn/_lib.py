@@ -70,12 +70,13 @@ class ForwardArgs(ctypes.Structure):
 
 class BackwardArgs(ctypes.Structure):
     _fields_ = [("struct_size", _size), ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
-                ("dout", Tensor), ("lse", ctypes.c_void_p), ("dlse", ctypes.c_void_p), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
+                ("dout", Tensor), ("lse", ctypes.c_void_p), ("dlse", ctypes.c_void_p),
+                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
                 ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32), ("workspace", ctypes.c_void_p),
                 ("workspace_bytes", _size), ("deterministic", _i32), ("cu_seqlens_q", ctypes.c_void_p),
                 ("cu_seqlens_k", ctypes.c_void_p), ("total_q", _i32), ("total_k", _i32),
                 ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32),
-                ("sinks", ctypes.c_void_p), ("dsinks", ctypes.c_void_p)]
+                ("sinks", ctypes.c_void_p), ("dsinks", ctypes.c_void_p), ("softcap", ctypes.c_float)]
 
 
 class MergeArgs(ctypes.Structure):

@@ -16,10 +16,9 @@ import torch
 from . import _lib
 from ._api import MAX_SPLITS, ArgumentError
 from ._convert import INT32_MAX, boolean, fill, integer
-from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _SOFTCAP_NO_BACKWARD, _bwd_sinks_args, _cached,
-                     _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks, _keyless_lse, _local,
-                     _raw_stream, _refuse_softcap_gradients, _sinks_args, _sinks_f32, _sinks_flag, _softcap_args,
-                     _softcap_flag, _tensor, _window, _window_args)
+from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _bwd_sinks_args, _cached, _check_scale, _check_sinks,
+                     _check_softcap, _dsinks_out, _keyless_dsinks, _keyless_lse, _local, _raw_stream, _sinks_args,
+                     _sinks_f32, _sinks_flag, _softcap_args, _softcap_flag, _tensor, _window, _window_args)
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 _DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
@@ -132,7 +131,7 @@ def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
 
 
 def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, causal, scale, deterministic,
-                         window=(-1, -1), sinks=None, want_dsinks=False):
+                         window=(-1, -1), sinks=None, want_dsinks=False, softcap=0.0):
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     dq, dk, dvv = torch.empty_like(q, memory_format=torch.contiguous_format), torch.empty(
@@ -143,7 +142,7 @@ def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, 
         return dq.zero_(), dk.zero_(), dvv.zero_(), _keyless_dsinks(dsinks, dlse if max_q else None, (1,))
     sinks = _sinks_f32(sinks)
     kernel = _cached("get_backward", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
-                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks))
+                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
     batch = cu_q.shape[0] - 1
     workspace = torch.empty(kernel.workspace_bytes(batch, max_q, max_k), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), _packed(dout),
@@ -151,7 +150,7 @@ def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, 
                                   _packed(dk), _packed(dvv)), ArgumentError, workspace=workspace.data_ptr(),
                 workspace_bytes=workspace.numel(), deterministic=int(deterministic),
                 **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
-                **_bwd_sinks_args(sinks, dsinks))
+                **_bwd_sinks_args(sinks, dsinks), **_softcap_args(softcap))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv, dsinks
 
@@ -161,22 +160,24 @@ def _varlen_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                         lse: torch.Tensor, dlse: Optional[torch.Tensor], cu_seqlens_q: torch.Tensor,
                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                         softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
-                        window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False
-                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The fourth output, dsinks, as rtattn::attention_backward's: float32 [heads_q] or empty.
+                        window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False,
+                        softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The fourth output, dsinks, and softcap (the forward's cap), as rtattn::attention_backward's.
+    softcap = _check_softcap(softcap)
     if dout.stride(-1) != 1 and dout.shape[-1] > 1:
         dout = dout.contiguous()
     if dlse is not None:
         dlse = dlse.float().contiguous()
     return _on_device(q, _varlen_backward_run, dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k,
                       max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, (window_left, window_right),
-                      sinks, want_dsinks)
+                      sinks, want_dsinks, softcap)
 
 
 @_varlen_backward_op.register_fake
 def _varlen_backward_fake(dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None,
-                          want_dsinks=False):
+                          want_dsinks=False, softcap=0.0):
+    _check_softcap(softcap)
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             _dsinks_out(sinks, want_dsinks, q.shape[1], q))
 
@@ -190,9 +191,6 @@ def _varlen_setup(ctx, inputs, output):
 
 
 def _varlen_backward(ctx, grad_o, grad_lse):
-    # As rtattn._torch._backward: attention_varlen refuses this first; the op reached otherwise raises here.
-    if ctx.softcap:
-        raise NotImplementedError(_SOFTCAP_NO_BACKWARD)
     q, k, v, o, lse, cu_q, cu_k, sinks = ctx.saved_tensors
     none = (None,) * 9
     if grad_o is None and grad_lse is None:
@@ -203,7 +201,8 @@ def _varlen_backward(ctx, grad_o, grad_lse):
     want_dsinks = sinks is not None and ctx.needs_input_grad[12]
     dq, dk, dv, dsinks = torch.ops.rtattn.attention_varlen_backward(grad_o, q, k, v, o, lse, grad_lse, cu_q, cu_k,
                                                                     max_q, max_k, causal, scale, deterministic,
-                                                                    window_left, window_right, sinks, want_dsinks)
+                                                                    window_left, window_right, sinks, want_dsinks,
+                                                                    ctx.softcap)
     # float32 from the kernels; autograd wants the gradient in the dtype of the sinks given.
     return (dq, dk, dv) + none + (dsinks.to(sinks.dtype) if want_dsinks else None, None)
 
@@ -227,7 +226,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     device); the kernels clamp them into the tensors, so wrong offsets give wrong rows but no stray memory access.
     window_size = (left, right): a sliding window per sequence, as rtattn.attention's. sinks: [heads_q] attention
     sinks, as rtattn.attention's (differentiable; a sequence without keys gives O = 0, LSE = the sink). softcap:
-    logit softcapping, as rtattn.attention's (forward only: refused with inputs that require grad)."""
+    logit softcapping, as rtattn.attention's (differentiable)."""
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[1])
@@ -235,7 +234,6 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
     softcap = _check_softcap(softcap)
-    _refuse_softcap_gradients(softcap, (q, k, v, sinks))
     o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale, deterministic, *window, sinks, softcap)
     return (o, lse) if return_lse else o

@@ -178,19 +178,9 @@ def _softcap_flag(softcap: float) -> Tuple[str, ...]:
 
 
 def _softcap_args(softcap: float) -> dict:
-    """The forward's softcap field; none for 0 (the struct's zero, what a kernel without softcap wants)."""
+    """The softcap field of the forward's and the backward's args (the backward takes the forward's cap); none for 0
+    (the struct's zero, what a kernel without softcap wants)."""
     return dict(softcap=softcap) if softcap else {}
-
-
-_SOFTCAP_NO_BACKWARD = ("softcap: logit softcapping has no backward yet (forward only): call with softcap > 0 under "
-                        "torch.no_grad() or with inputs that do not require grad, or pass softcap=0")
-
-
-def _refuse_softcap_gradients(softcap, tensors) -> None:
-    """No backward has softcap yet (the library refuses its backward kernel): refused before the forward runs, so
-    no training step spends a forward to learn it, and no gradient is ever dropped or made up."""
-    if softcap and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise NotImplementedError(_SOFTCAP_NO_BACKWARD)
 
 
 def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
@@ -317,9 +307,9 @@ def _bwd_sinks_args(sinks, dsinks) -> dict:
 
 
 def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window=(-1, -1), sinks=None,
-                  want_dsinks=False):
+                  want_dsinks=False, softcap=0.0):
     """Allocates dQ, dK, dV, dsinks and the workspace (torch's caching allocator) and launches on the current
-    stream."""
+    stream. softcap: the forward's cap (its kernel's config and the call's value), 0 for none."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
@@ -330,13 +320,13 @@ def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, determinis
         return dq.zero_(), dk.zero_(), dvv.zero_(), _keyless_dsinks(dsinks, dlse, (0, 2))
     sinks = _sinks_f32(sinks)
     kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale,
-                              _local(causal, *window) + _sinks_flag(sinks))
+                              _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
     workspace = torch.empty(kernel.workspace_bytes(b, sq, sk), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
                                   lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq),
                                   _tensor(dk), _tensor(dvv)), ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk,
                 workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), deterministic=int(deterministic),
-                **_window_args(causal, *window), **_bwd_sinks_args(sinks, dsinks))
+                **_window_args(causal, *window), **_bwd_sinks_args(sinks, dsinks), **_softcap_args(softcap))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv, dsinks
 
@@ -352,10 +342,12 @@ def _unit_last(name, t):
 def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                            lse: torch.Tensor, dlse: Optional[torch.Tensor], causal: bool,
                            softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
-                           window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False
-                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                           window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False,
+                           softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # The fourth output, dsinks, is float32 [heads_q] given sinks and want_dsinks, else empty: an op's outputs are
-    # fixed in number, and skipping the sinks' reduction is worth a flag where autograd needs no dsinks.
+    # fixed in number, and skipping the sinks' reduction is worth a flag where autograd needs no dsinks. softcap: the
+    # forward's cap (0: none); the kernels recompute the capped scores and their slope from it, so it must be the same.
+    softcap = _check_softcap(softcap)
     dout, dlse = _unit_last("dout", dout), _unit_last("dlse", dlse)
     if dlse is not None and dlse.dtype != torch.float32:
         dlse = dlse.float()
@@ -363,14 +355,15 @@ def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):
             return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window, sinks,
-                                 want_dsinks)
+                                 want_dsinks, softcap)
     return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window, sinks,
-                         want_dsinks)
+                         want_dsinks, softcap)
 
 
 @_attention_backward_op.register_fake
 def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window_left=-1,
-                             window_right=-1, sinks=None, want_dsinks=False):
+                             window_right=-1, sinks=None, want_dsinks=False, softcap=0.0):
+    _check_softcap(softcap)
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             _dsinks_out(sinks, want_dsinks, q.shape[2], q))
 
@@ -386,10 +379,6 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_o, grad_lse):
-    # attention() refuses this before the forward; a call it never saw (the op called directly, or a trace that
-    # skipped its check) gets here: an error, never gradients of the uncapped scores.
-    if ctx.softcap:
-        raise NotImplementedError(_SOFTCAP_NO_BACKWARD)
     q, k, v, o, lse, sinks = ctx.saved_tensors
     if grad_o is None and grad_lse is None:
         return (None,) * 10
@@ -398,7 +387,7 @@ def _backward(ctx, grad_o, grad_lse):
     want_dsinks = sinks is not None and ctx.needs_input_grad[8]
     dq, dk, dv, dsinks = torch.ops.rtattn.attention_backward(grad_o, q, k, v, o, lse, grad_lse, ctx.causal,
                                                              ctx.softmax_scale, ctx.deterministic, *ctx.window,
-                                                             sinks, want_dsinks)
+                                                             sinks, want_dsinks, ctx.softcap)
     # Computed in float32; returned in the dtype of the sinks given, as autograd wants a leaf's gradient.
     return (dq, dk, dv) + (None,) * 5 + (dsinks.to(sinks.dtype) if want_dsinks else None, None)
 
@@ -470,8 +459,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     sink. Differentiable: the sinks' gradient is summed over the batch and the rows.
     softcap: logit softcapping (Gemma 2, Grok; FlashAttention's softcap): a cap > 0 turns each scaled score s into
     softcap * tanh(s / softcap) before the mask and the softmax (the LSE is over the capped scores); 0, the default,
-    leaves the scores as they are. Forward only for now: with softcap > 0, inputs that require grad (grad mode on)
-    raise NotImplementedError."""
+    leaves the scores as they are. Differentiable, with sinks and windows too; the cap is a constant (no gradient)."""
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     boolean("causal", causal, ArgumentError)
@@ -484,8 +472,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         _check_sinks(sinks, q, q.shape[2])
-        # Here, not in the plain path: that one records no graph, so nothing there can want a gradient.
-        _refuse_softcap_gradients(softcap, (q, k, v, sinks))
         if not torch.compiler.is_compiling():
             _refuse_what_the_op_would_drop(q, k, v, sinks)
         o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window, sinks, softcap)

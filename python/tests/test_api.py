@@ -58,15 +58,20 @@ def test_every_field_round_trips_through_the_c_struct():
     assert rtattn.AttentionConfig(num_heads_q=4).describe() == "d128 bf16 noncausal h4:4"
 
 
-def test_softcap_config_round_trips_and_has_no_backward_yet(cache_dir):
+def test_softcap_config_round_trips_and_has_a_backward(cache_dir):
     c = rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80",
                                sinks=True, softcap=True)
     assert rtattn.AttentionConfig.from_json(c.to_json()) == c and "softcap" in c.describe()
     rt = rtattn.Runtime(cache_dir=cache_dir)
     assert rt.plan(c).kernel
-    with pytest.raises(rtattn.ConfigError) as e:
-        rt.plan_backward(c)
-    assert e.value.field == "softcap"
+    plan = rt.plan_backward(c)
+    assert "backward" in plan.kernel and plan.padded_qk == 144
+    # Its own cache entry: the capped backward never answers an uncapped config's call, nor the reverse.
+    uncapped = rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80",
+                                      sinks=True)
+    assert plan.key != rt.plan_backward(uncapped).key
+    info = rt.precompile_backward(c)  # compiles without a GPU (NVRTC)
+    assert info.registers > 0 and info.key == plan.key
 
 
 def test_backward_plan_and_precompile_without_a_gpu(cache_dir):

@@ -88,6 +88,7 @@ def kernel_without_a_gpu(cls=rtattn.Kernel):
     (lambda k: k.merge(k.merge_args(), stream=2**64), "stream"),
     (lambda k: kernel_without_a_gpu(rtattn.BackwardKernel).workspace_bytes(1, 1, 2**32 + 64), "seqlen_k"),
     (lambda k: kernel_without_a_gpu(rtattn.BackwardKernel).backward_args(total_q=2**32), "total_q"),
+    (lambda k: kernel_without_a_gpu(rtattn.BackwardKernel).backward_args(softcap=1e39), "softcap"),
     (lambda k: kernel_without_a_gpu(rtattn.BackwardKernel).launch("args"), "args"),
 ])
 def test_kernel_arguments_are_checked_before_the_library_sees_them(call, field):

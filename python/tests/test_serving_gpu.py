@@ -1,8 +1,8 @@
 """rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
 packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
-table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each,
-cascade attention through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming
-the argument."""
+table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each
+(varlen's softcap gradients judged as test_torch_gpu's), cascade attention through merge_states; torch.compile and
+CUDA graph capture of a decode step; argument errors naming the argument."""
 import math
 
 import pytest
@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="no GPU tests here: torch is not installed")
 
 import rtattn  # noqa: E402
-from test_torch_gpu import (TOL, lse_tol, make_sinks, poison_allocator, raises_softcap_refusal,  # noqa: E402
-                            rel_err, sdpa_reference)
+from test_torch_gpu import (CAPS, TOL, compiled_grads_match_eager, grad_err, judge_against_torch, lse_tol,  # noqa: E402
+                            make_sinks, poison_allocator, rel_err, sdpa_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -25,18 +25,20 @@ def packed_batch(lens_q, lens_k, hq, hkv, d, dtype, seed):
     return q, k, v, cu(lens_q), cu(lens_k)
 
 
-def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
+def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0,
+                           dtype=torch.float64):
     """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence (with sinks, sdpa_reference's
-    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks; softcap > 0 caps the scores)."""
+    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks; softcap > 0 caps the scores).
+    dtype: the math in another dtype, as sdpa_reference's."""
     os, lses, i, j = [], [], 0, 0
     for lq, lk in zip(lens_q, lens_k):
         if lq and (lk or sinks is not None):
             o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale, window,
-                                    sinks, softcap)
+                                    sinks, softcap, dtype)
             os.append(o[0]), lses.append(lse[0])
         elif lq:
-            os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=torch.float64, device="cuda"))
-            lses.append(torch.full((q.shape[1], lq), math.inf, dtype=torch.float64, device="cuda"))
+            os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=dtype, device="cuda"))
+            lses.append(torch.full((q.shape[1], lq), math.inf, dtype=dtype, device="cuda"))
         i, j = i + lq, j + lk
     return torch.cat(os), torch.cat(lses, 1)
 
@@ -101,20 +103,72 @@ def test_varlen_forward_with_softcap(d, causal, dtype, window, sinks, softcap, s
     assert (lse[finite].double() - ref_lse[finite]).abs().max().item() < lse_tol(max(lens_k))
 
 
-def test_varlen_softcap_has_no_backward_and_says_so():
+def per_sequence_grads(leaves, dout, lens_q, lens_k, causal, scale, window, softcap, dtype):
+    """The gradients of per_sequence_reference's O, dout into it, with respect to leaves (q, k, v, and the sinks
+    where there is a fourth), the math and its autograd in dtype."""
+    ref = [t.detach().to(dtype).requires_grad_() for t in leaves]
+    o, _ = per_sequence_reference(*ref[:3], lens_q, lens_k, causal, scale, window, ref[3] if len(ref) > 3 else None,
+                                  softcap, dtype)
+    return torch.autograd.grad(o, ref, dout.to(dtype))
+
+
+@pytest.mark.parametrize("d, causal, dtype, window, sinks", [(64, False, torch.bfloat16, (-1, -1), False),
+                                                             (128, True, torch.float16, (-1, -1), False),
+                                                             (132, True, torch.bfloat16, (50, -1), True),
+                                                             (256, False, torch.float16, (20, 3), True),
+                                                             (128, True, torch.bfloat16, (-1, -1), True)])
+@pytest.mark.parametrize("softcap, spread", CAPS)
+def test_varlen_gradients_with_softcap(d, causal, dtype, window, sinks, softcap, spread):
+    # Sequences without queries or keys, and 80 queries on 64 keys (causal, windows): rows without keys.
+    lens_q, lens_k = [37, 0, 300, 1, 129, 20, 80], [37, 5, 300, 64, 129, 0, 64]
+    q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, d, dtype, seed=d + 2)
+    leaves = [t.detach().requires_grad_() for t in (q * spread, k, v)]
+    if sinks:  # values bf16 holds exactly, so PyTorch's 16-bit run has the sinks ours has
+        leaves.append(make_sinks(8, d, torch.bfloat16).float().requires_grad_())
+    g = torch.Generator(device="cuda").manual_seed(d + 3)
+    dout = torch.randn(sum(lens_q), 8, d, device="cuda", dtype=dtype, generator=g)
+    poison_allocator(1 << 24)
+    o = rtattn.attention_varlen(*leaves[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, window_size=window,
+                                sinks=leaves[3] if sinks else None, softcap=softcap)
+    got = torch.autograd.grad(o, leaves, dout)
+    torch.cuda.synchronize()
+    for name, grad, leaf in zip(("dq", "dk", "dv", "dsinks"), got, leaves):
+        assert grad.dtype == leaf.dtype, name
+    ref, low = (per_sequence_grads(leaves, dout, lens_q, lens_k, causal, 1 / math.sqrt(d), window, softcap, dt)
+                for dt in (torch.float64, dtype))
+    judge_against_torch(("dq", "dk", "dv", "dsinks"), got, ref, low, dtype)
+
+
+def test_varlen_softcap_backward_through_the_ops_and_under_torch_compile():
     q, k, v, cu_q, cu_k = packed_batch([100, 50], [100, 50], 4, 2, 64, torch.bfloat16, seed=4)
-    run = lambda q, k=k, v=v, sinks=None: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True,
-                                                                  sinks=sinks, softcap=5.0)
-    for args in ((q.detach().requires_grad_(),), (q, k.detach().requires_grad_()), (q, k, v.detach().requires_grad_()),
-                 (q, k, v, make_sinks(4, 4).requires_grad_())):
-        with pytest.raises(NotImplementedError, match="softcap: .*no backward"):
-            run(*args)
-    with torch.no_grad():
-        assert torch.equal(run(q.detach().requires_grad_()), run(q))
-    # The op called directly: its backward refuses.
-    o, _ = torch.ops.rtattn.attention_varlen(q.detach().requires_grad_(), k, v, cu_q, cu_k, 100, 100, True, None,
-                                             False, -1, -1, None, 5.0)
-    raises_softcap_refusal(lambda: o.float().sum().backward())
+    q = q * 3.0
+    sinks = make_sinks(4, 4)
+    dout = torch.randn(150, 4, 64, device="cuda", dtype=torch.bfloat16)
+    # Deterministic: attention_varlen and the op called directly must agree bit for bit.
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    o = rtattn.attention_varlen(*leaves[:3], cu_q, cu_k, 100, 100, causal=True, deterministic=True, sinks=leaves[3],
+                                softcap=5.0)
+    grads = torch.autograd.grad(o, leaves, dout)
+    leaves2 = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    o2, lse = torch.ops.rtattn.attention_varlen(*leaves2[:3], cu_q, cu_k, 100, 100, True, None, True, -1, -1,
+                                                leaves2[3], 5.0)
+    assert torch.equal(o2, o)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(o2, leaves2, dout), grads))
+    # The backward op itself, given the forward's cap; with 0 it runs the uncapped kernel, whose gradients differ.
+    o, lse = o.detach(), lse.detach()
+    run = lambda cap: torch.ops.rtattn.attention_varlen_backward(dout, q, k, v, o, lse, None, cu_q, cu_k, 100, 100,
+                                                                 True, None, True, -1, -1, sinks, True, cap)
+    assert all(torch.equal(a, b) for a, b in zip(run(5.0), grads))
+    assert grad_err(run(0.0)[0], grads[0]) > 0.1
+    for cap in (-1.0, math.nan, 1e39):
+        with pytest.raises(rtattn.ArgumentError) as e:
+            run(cap)
+        assert e.value.field == "softcap"
+
+    # A training step traced whole, both varlen ops' fakes taking the cap; gradients equal to eager's.
+    compiled_grads_match_eager(lambda q, k, v, s: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True,
+                                                                          sinks=s, softcap=5.0).float().square().mean(),
+                               (q, k, v, sinks))
 
 
 def test_varlen_under_torch_compile_and_errors():
@@ -276,7 +330,7 @@ def test_decode_errors_name_the_argument():
         rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, sinks=make_sinks(4, 1).requires_grad_())
     with pytest.raises(NotImplementedError):
         rtattn.attention_with_kvcache(q.requires_grad_(), kc, vc, seqlens, table)
-    with pytest.raises(NotImplementedError):  # q requires grad (above): a cap changes nothing there
+    with pytest.raises(NotImplementedError, match="inference only"):  # q requires grad (above), capped or not
         rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, softcap=50.0)
 
 

@@ -1,9 +1,9 @@
 """rtattn.attention on the GPU against torch.nn.functional.scaled_dot_product_attention in float64: head dims 1..256
 (72, 100, 132, 200 among them), GQA/MQA, causal with seqlen_q != seqlen_k, strided views, LSE, sliding windows,
 attention sinks and logit softcapping (against an explicit float64 softmax: the sink as one more column, the scores
-capped before the mask); every output element written (the allocator is poisoned with NaN first);
-torch.compile(fullgraph=True); CUDA graph capture and replay; argument errors naming the argument; softcap's missing
-backward refused, never answered with wrong gradients."""
+capped before the mask), gradients of each (softcap's judged against twice PyTorch's own error in the inputs' 16-bit
+dtype); every output element written (the allocator is poisoned with NaN first); torch.compile(fullgraph=True); CUDA
+graph capture and replay; argument errors naming the argument."""
 import math
 import subprocess
 import sys
@@ -37,16 +37,17 @@ def window_mask(sq, sk, causal, window, device):
     return mask
 
 
-def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
+def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=0.0, dtype=torch.float64):
     """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right, a sliding window as
     window_mask's; rows that see no key give O = 0 and LSE = +inf (the library's convention, as FlashAttention's).
-    sinks ([heads_q]) and softcap (> 0): see explicit_reference."""
+    sinks ([heads_q]) and softcap (> 0): see explicit_reference. dtype: another one (the inputs' 16-bit dtype) runs
+    explicit_reference's math in it, every input (sinks too) converted to it: PyTorch's own error in that dtype."""
     b, sq, hq, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
+    qd, kd, vd = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
     kd, vd = kd.repeat_interleave(hq // hkv, 1), vd.repeat_interleave(hq // hkv, 1)
     mask = window_mask(sq, sk, causal, window, q.device)
-    if sinks is not None or softcap:
+    if sinks is not None or softcap or dtype != torch.float64:
         return explicit_reference(qd, kd, vd, mask, scale, sinks, softcap)
     # Rows without keys would be NaN in SDPA: they see key 0 there, and are replaced below.
     o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=None if mask is None else mask | ~mask.any(-1, True),
@@ -66,8 +67,8 @@ def explicit_reference(qd, kd, vd, mask, scale, sinks=None, softcap=0.0):
     becomes softcap * tanh(s / softcap), before the mask. Sinks: each head's sink is one more score column, a key
     whose value is zero, so it joins the softmax's denominator and the LSE and is dropped before P V; a row that sees
     no key gives O = 0 and LSE = its sink, with no special case (without sinks: O = 0 and LSE = +inf, as
-    sdpa_reference's). float64 [batch, heads, seq, dim] in; the layouts of sdpa_reference out. With sinks,
-    differentiable in every input, the sinks too."""
+    sdpa_reference's). [batch, heads, seq, dim] in (float64, or the dtype the math runs in); the layouts of
+    sdpa_reference out. Differentiable in every input, the sinks too; the cap is a constant."""
     b, hq, sq, _ = qd.shape
     s = (qd @ kd.transpose(-1, -2)) * scale
     if softcap:
@@ -75,7 +76,7 @@ def explicit_reference(qd, kd, vd, mask, scale, sinks=None, softcap=0.0):
     if mask is not None:
         s = s.masked_fill(~mask, -math.inf)
     if sinks is not None:
-        s = torch.cat([s, sinks.double().view(1, hq, 1, 1).expand(b, hq, sq, 1)], -1)
+        s = torch.cat([s, sinks.to(s.dtype).view(1, hq, 1, 1).expand(b, hq, sq, 1)], -1)
         o = torch.softmax(s, -1)[..., :-1] @ vd
         return o.transpose(1, 2), torch.logsumexp(s, -1)
     lse = torch.logsumexp(s, -1)
@@ -317,16 +318,19 @@ def test_what_is_recorded_or_transformed_is_never_silently_dropped():
         torch.func.vmap(lambda x: rtattn.attention(x, k, v))(q[None])
 
 
-def sdpa_grads(q, k, v, do, causal, scale, dlse=None, window=(-1, -1), sinks=None):
-    """dQ, dK, dV of float64 SDPA (the reference above) by torch.autograd; and dsinks, given sinks."""
-    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+def sdpa_grads(q, k, v, do, causal, scale, dlse=None, window=(-1, -1), sinks=None, softcap=0.0,
+               dtype=torch.float64):
+    """dQ, dK, dV of float64 SDPA (the reference above) by torch.autograd; and dsinks, given sinks. dtype: the
+    reference's math and its autograd in another dtype (sdpa_reference's)."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
     if sinks is not None:
-        leaves.append(sinks.detach().double().requires_grad_())
-    o, lse = sdpa_reference(*leaves[:3], causal, scale, window, leaves[3] if sinks is not None else None)
-    loss = (o * do.double()).sum()
+        leaves.append(sinks.detach().to(dtype).requires_grad_())
+    o, lse = sdpa_reference(*leaves[:3], causal, scale, window, leaves[3] if sinks is not None else None, softcap,
+                            dtype)
+    loss = (o * do.to(dtype)).sum()
     if dlse is not None:
         finite = torch.isfinite(lse)
-        loss = loss + (torch.where(finite, lse, torch.zeros_like(lse)) * dlse.double()).sum()
+        loss = loss + (torch.where(finite, lse, torch.zeros_like(lse)) * dlse.to(dtype)).sum()
     return torch.autograd.grad(loss, leaves)
 
 
@@ -445,15 +449,18 @@ def test_sinks_training_step_under_torch_compile_fullgraph():
     q, k, v = make(2, 256, 256, 8, 2, 64, 64, torch.bfloat16, seed=51)
     sinks = make_sinks(8, 51)
 
-    def loss_fn(q, k, v, s):
-        return rtattn.attention(q, k, v, causal=True, sinks=s).float().square().mean()
+    compiled_grads_match_eager(lambda q, k, v, s: rtattn.attention(q, k, v, causal=True, sinks=s)
+                               .float().square().mean(), (q, k, v, sinks))
 
-    grads = []
+
+def compiled_grads_match_eager(loss_fn, inputs):
+    """A training step traced whole (fullgraph: a graph break raises): the gradients of every input equal eager's."""
+    runs = []
     for fn in (loss_fn, torch.compile(loss_fn, fullgraph=True)):
-        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, sinks)]
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
         fn(*leaves).backward()
-        grads.append([t.grad for t in leaves])
-    for a, b in zip(*grads):
+        runs.append([t.grad for t in leaves])
+    for a, b in zip(*runs):
         assert b is not None and (a.double() - b.double()).norm() <= 1e-2 * a.double().norm()
 
 
@@ -520,41 +527,138 @@ def test_softcap_through_the_op_and_under_torch_compile():
     assert o.shape == q.shape and lse.shape == (2, 6, 200) and o.device.type == "meta"
 
 
-def raises_softcap_refusal(fn):
-    """fn raises softcap's NotImplementedError, or an error caused by it (torch.compile's backend wraps what it
-    raised while tracing the backward: BackendCompilerFailed)."""
-    with pytest.raises(Exception) as e:
-        fn()
-    err = e.value
-    while not isinstance(err, NotImplementedError) and (err.__cause__ or err.__context__) is not None:
-        err = err.__cause__ or err.__context__
-    assert isinstance(err, NotImplementedError) and "softcap" in str(err) and "no backward" in str(err), repr(e.value)
+# softcap's gradients are judged against PyTorch's own: the same math and autograd in the inputs' 16-bit dtype
+# (sdpa_grads with dtype) sets how far from float64 a 16-bit computation may land; ours may be twice as far, plus a
+# floor for where PyTorch's error happens to be small. A fixed tolerance would have to guess how much the cap's
+# slope (1 - tanh^2, near 0 where a cap of 5 saturates) amplifies rounding.
+GRAD_FLOOR = {torch.bfloat16: 1e-3, torch.float16: 3e-4}
 
 
-def test_softcap_has_no_backward_and_says_so():
-    q, k, v = make(1, 64, 64, 4, 2, 64, 64, torch.bfloat16, seed=64)
-    # Refused before the forward runs: any input that would want a gradient, the sinks too.
-    for i in range(3):
-        args = [q, k, v]
-        args[i] = args[i].detach().requires_grad_()
-        with pytest.raises(NotImplementedError, match="softcap: .*no backward"):
-            rtattn.attention(*args, softcap=5.0)
-    with pytest.raises(NotImplementedError, match="softcap: .*no backward"):
-        rtattn.attention(q, k, v, sinks=make_sinks(4, 64).requires_grad_(), softcap=5.0)
-    # Nothing to differentiate: it runs. softcap=0 keeps the backward.
-    qg = q.detach().requires_grad_()
-    with torch.no_grad():
-        assert torch.equal(rtattn.attention(qg, k, v, softcap=5.0), rtattn.attention(q, k, v, softcap=5.0))
-    rtattn.attention(qg, k, v, softcap=0.0).float().sum().backward()
-    assert qg.grad is not None
-    # The op called directly passes no such check: its backward refuses, never gives the uncapped scores' gradients.
-    o, _ = torch.ops.rtattn.attention(q.detach().requires_grad_(), k, v, False, None, False, -1, -1, None, 5.0)
-    raises_softcap_refusal(lambda: o.float().sum().backward())
-    # Compiled: refused while dynamo traces attention(), or while AOTAutograd traces the op's backward.
-    for fn in (lambda q: rtattn.attention(q, k, v, softcap=5.0),
-               lambda q: torch.ops.rtattn.attention(q, k, v, False, None, False, -1, -1, None, 5.0)[0]):
-        compiled = torch.compile(fn, backend="aot_eager")
-        raises_softcap_refusal(lambda: compiled(q.detach().requires_grad_()).float().sum().backward())
+def grad_err(got, want):
+    """check_grads' measure: relative Frobenius error, the norm floored so a gradient near zero everywhere does not
+    turn rounding noise into a large ratio."""
+    return ((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-3 * math.sqrt(want.numel()))
+            ).item()
+
+
+def judge_against_torch(names, got, ref, low, dtype):
+    """Each gradient of `got` within twice the error of `low` (PyTorch's, in dtype) against `ref` (float64), plus
+    GRAD_FLOOR. A NaN in ours fails by name; one in PyTorch's makes the bound NaN, which nothing is <= to."""
+    assert len(got) == len(ref) == len(low)
+    for name, g, r, lo in zip(names, got, ref, low):
+        assert g.shape == r.shape, f"{name}: shape {tuple(g.shape)}, expected {tuple(r.shape)}"
+        assert not torch.isnan(g).any(), f"{name}: NaN (an element was not written, or a keyless row)"
+        ours, theirs = grad_err(g, r), grad_err(lo, r)
+        bound = 2 * theirs + GRAD_FLOOR[dtype]
+        assert ours <= bound, (f"{name}: relative Frobenius error {ours:.2e}; PyTorch's in {dtype} {theirs:.2e}, "
+                               f"bound {bound:.2e}")
+
+
+def check_softcap_grads(b, sq, sk, hq, hkv, d, dtype, causal, seed, softcap, spread, window=(-1, -1), sinks=False,
+                        with_dlse=False, deterministic=False):
+    """rtattn.attention's dQ, dK, dV (and dsinks: sinks that require grad, given sinks) with a cap, by
+    judge_against_torch. q is scaled by spread (make_capped). Returns the gradients."""
+    q, k, v = (t.detach().requires_grad_() for t in make_capped(b, sq, sk, hq, hkv, d, dtype, seed, spread))
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)  # the same dO for the same seed: runs compare bitwise
+    do = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g)
+    # Sinks and dLSE of values a 16-bit dtype holds exactly: PyTorch's run in it starts from the inputs ours has.
+    dlse = torch.randn(b, hq, sq, device="cuda", generator=g).to(torch.bfloat16).float() if with_dlse else None
+    s = make_sinks(hq, seed, torch.bfloat16).float().requires_grad_() if sinks else None
+    poison_allocator(4 * (q.numel() + k.numel() + v.numel()) + 8 * b * hq * sq * (d + 16))
+    o, lse = rtattn.attention(q, k, v, causal=causal, return_lse=True, deterministic=deterministic,
+                              window_size=window, sinks=s, softcap=softcap)
+    outs, grads_in = ([o, lse], [do, dlse]) if with_dlse else ([o], [do])
+    leaves = (q, k, v) + ((s,) if sinks else ())
+    got = torch.autograd.grad(outs, leaves, grads_in)
+    torch.cuda.synchronize()
+    for name, grad, leaf in zip(("dq", "dk", "dv", "dsinks"), got, leaves):
+        assert grad.dtype == leaf.dtype, name
+    scale = 1 / math.sqrt(d)
+    ref = sdpa_grads(q, k, v, do, causal, scale, dlse, window, s, softcap)
+    low = sdpa_grads(q, k, v, do, causal, scale, dlse, window, s, softcap, dtype)
+    judge_against_torch(("dq", "dk", "dv", "dsinks"), got, ref, low, dtype)
+    return got
+
+
+@pytest.mark.parametrize("d", [64, 128, 132, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("softcap, spread", CAPS)
+def test_softcap_gradients_match_float64(d, causal, dtype, softcap, spread):
+    # GQA 4:1; 300 queries on 200 keys: causal (bottom-right) leaves the first 100 rows without keys.
+    check_softcap_grads(2, 300, 200, 8, 2, d, dtype, causal, seed=d + causal, softcap=softcap, spread=spread)
+
+
+@pytest.mark.parametrize("d, dtype, causal, window, heads, sinks, with_dlse", [
+    (64, torch.bfloat16, True, (37, -1), (4, 1), True, True),      # MQA; a gradient into LSE too
+    (128, torch.float16, False, (50, 20), (8, 2), True, False),    # rows whose window misses every key
+    (132, torch.bfloat16, True, (-1, -1), (8, 2), True, True),     # keyless rows: O = 0, LSE = the sink
+    (256, torch.bfloat16, False, (-1, 9), (4, 2), True, False),
+    (128, torch.float16, True, (16, -1), (4, 4), False, True),     # a window without sinks: keyless LSE +inf
+])
+@pytest.mark.parametrize("softcap, spread", CAPS)
+def test_softcap_gradients_with_sinks_and_windows(d, dtype, causal, window, heads, sinks, with_dlse, softcap, spread):
+    check_softcap_grads(2, 300, 200, heads[0], heads[1], d, dtype, causal, seed=d + 5, softcap=softcap,
+                        spread=spread, window=window, sinks=sinks, with_dlse=with_dlse)
+
+
+def test_softcap_gradients_are_the_capped_scores_ones():
+    """The judge can tell: the gradients of the uncapped scores (a backward that dropped the cap) are far outside
+    its bound for a cap that bends most scores."""
+    q, k, v = make_capped(2, 300, 200, 8, 2, 128, torch.bfloat16, 67, 3.0)
+    do = torch.randn(2, 300, 8, 128, device="cuda", dtype=torch.bfloat16)
+    scale = 1 / math.sqrt(128)
+    ref = sdpa_grads(q, k, v, do, True, scale, softcap=5.0)
+    low = sdpa_grads(q, k, v, do, True, scale, softcap=5.0, dtype=torch.bfloat16)
+    uncapped = sdpa_grads(q, k, v, do, True, scale)
+    for name, r, lo, u in zip(("dq", "dk", "dv"), ref, low, uncapped):
+        bound = 2 * grad_err(lo, r) + GRAD_FLOOR[torch.bfloat16]
+        assert grad_err(u, r) > 3 * bound, name
+    check_softcap_grads(2, 300, 200, 8, 2, 128, torch.bfloat16, True, seed=67, softcap=5.0, spread=3.0)
+
+
+def test_softcap_deterministic_gradients_are_bitwise_reproducible():
+    args = (2, 500, 400, 4, 2, 128, torch.bfloat16, True)
+    first = check_softcap_grads(*args, seed=9, softcap=5.0, spread=3.0, deterministic=True, sinks=True,
+                                with_dlse=True)
+    again = check_softcap_grads(*args, seed=9, softcap=5.0, spread=3.0, deterministic=True, sinks=True,
+                                with_dlse=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_softcap_backward_through_the_ops_and_under_torch_compile():
+    q, k, v = make_capped(2, 200, 300, 6, 2, 100, torch.bfloat16, 65, 3.0)
+    sinks = make_sinks(6, 65)
+    do = torch.randn(2, 200, 6, 100, device="cuda", dtype=torch.bfloat16)
+    # Deterministic: the three paths below must agree bit for bit.
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    o, lse = rtattn.attention(*leaves[:3], causal=True, return_lse=True, deterministic=True, sinks=leaves[3],
+                              softcap=5.0)
+    grads = torch.autograd.grad(o, leaves, do)
+    # The forward op called directly, and its autograd.
+    leaves2 = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    o2, lse2 = torch.ops.rtattn.attention(*leaves2[:3], True, None, True, -1, -1, leaves2[3], 5.0)
+    assert torch.equal(o2, o) and torch.equal(lse2, lse)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(o2, leaves2, do), grads))
+    # The backward op itself, given the forward's cap; with 0 it runs the uncapped kernel, whose gradients differ.
+    o, lse = o.detach(), lse.detach()
+    out = torch.ops.rtattn.attention_backward(do, q, k, v, o, lse, None, True, None, True, -1, -1, sinks, True, 5.0)
+    assert all(torch.equal(a, b) for a, b in zip(out, grads))
+    out0 = torch.ops.rtattn.attention_backward(do, q, k, v, o, lse, None, True, None, True, -1, -1, sinks, True, 0.0)
+    assert grad_err(out0[0], grads[0]) > 0.1
+    # Its fake implementation: shapes on meta tensors, dsinks included.
+    meta = [torch.empty(t.shape, device="meta", dtype=t.dtype) for t in (do, q, k, v, o, lse, sinks)]
+    out = torch.ops.rtattn.attention_backward(*meta[:6], None, True, None, False, -1, -1, meta[6], True, 5.0)
+    assert [tuple(t.shape) for t in out] == [q.shape, k.shape, v.shape, (6,)]
+    assert all(t.device.type == "meta" for t in out)
+    for cap, match in ((-1.0, ">= 0"), (math.nan, ">= 0"), (1e39, "float32")):
+        bad(lambda: torch.ops.rtattn.attention_backward(do, q, k, v, o, lse, None, True, None, False, -1, -1, None,
+                                                        False, cap), "softcap", match)
+
+    # A training step traced whole (fullgraph: a graph break raises), both ops' fakes taking the cap; gradients, the
+    # sinks' among them, equal to eager's.
+    compiled_grads_match_eager(lambda q, k, v, s: rtattn.attention(q, k, v, causal=True, sinks=s, softcap=5.0)
+                               .float().square().mean(), (q, k, v, sinks))
 
 
 def test_gradient_through_the_returned_lse():
@@ -599,10 +703,11 @@ def test_training_step_with_backward_call_compiled():
     assert ((q.grad.double() - ref[0]).norm() / ref[0].norm()).item() < 1e-2
 
 
-def test_backward_of_empty_and_keyless_inputs():
+@pytest.mark.parametrize("softcap", [0.0, 5.0])
+def test_backward_of_empty_and_keyless_inputs(softcap):
     for sq, sk in ((0, 5), (5, 0)):
         q, k, v = (t.requires_grad_() for t in make(1, sq, sk, 2, 2, 64, 64, torch.bfloat16, seed=13))
-        o = rtattn.attention(q, k, v)
+        o = rtattn.attention(q, k, v, softcap=softcap)
         dq, dk, dv = torch.autograd.grad(o.float().sum(), (q, k, v), allow_unused=True)
         for g in (dq, dk, dv):
             assert g is None or (g.numel() == 0 or torch.count_nonzero(g) == 0)
@@ -639,7 +744,7 @@ def test_argument_errors_name_the_argument():
                        ("5", "not a real number"), (True, "not a real number"), (None, "not a real number"),
                        (torch.tensor(5.0), "not a real number"), (1e39, "float32"), (1e-39, "float32")):
         bad(lambda: rtattn.attention(q, k, v, softcap=cap), "softcap", match)
-    # Before the refusal of a backward (q needs a gradient), and in the op called directly.
+    # With q needing a gradient (the custom op's path), and in the op called directly.
     bad(lambda: rtattn.attention(q.detach().requires_grad_(), k, v, softcap=-1.0), "softcap", ">= 0")
     bad(lambda: torch.ops.rtattn.attention(q, k, v, False, None, False, -1, -1, None, math.nan), "softcap", ">= 0")
     # Through the custom op (q needs a gradient): the same check.

@@ -39,6 +39,7 @@ void BackwardKernel::backward(const BackwardArgs& a, void* stream) const {
     call.total_q = a.total_q, call.total_k = a.total_k;
     call.window_size_left = a.window_size_left, call.window_size_right = a.window_size_right;
     call.sinks = a.sinks, call.dsinks = a.dsinks;
+    call.softcap = a.softcap;
     k.plan.family->launch({k.plan, k.config, call, *k.module, stream});
 }
 

@@ -532,6 +532,7 @@ rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         window_of(a, b);
         b.sinks = a.sinks, b.dsinks = a.dsinks;
+        b.softcap = a.softcap;
         k.backward(b, stream);
     });
 }

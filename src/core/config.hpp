@@ -39,7 +39,7 @@ struct AttentionConfig {
     // every row's softmax denominator (a key with a zero value); the backward gives its gradient dsinks.
     bool sinks = false;
     // softcap: logit softcapping (Gemma 2, Grok): each scaled score s becomes softcap * tanh(s / softcap) before the
-    // softmax, softcap the call's value (> 0). Forward passes only for now (plan_backward refuses it).
+    // softmax, softcap the call's value (> 0). Every pass (the backward takes the cap's slope 1 - tanh^2 in dS).
     bool softcap = false;
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }

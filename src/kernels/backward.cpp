@@ -26,6 +26,7 @@ void BackwardFamily::validate_args(const plan::BackwardPlan& p, const AttentionC
     check_call(p, c, z);
     check_window(c, a.window_size_left, a.window_size_right);
     check_sinks(c, a.sinks, a.dsinks);
+    check_softcap(c, a.softcap);
     const int hq = c.num_heads_q, hkv = c.num_heads_kv;
     const Rows r = check_packing(c.varlen, false, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
                                  a.seqlen_q, a.seqlen_k,
@@ -131,6 +132,10 @@ BwdParams backward_params(const BackwardLaunch& l) {
     const Window window = window_bounds(c, a.window_size_left, a.window_size_right, a.seqlen_q, a.seqlen_k);
     p.window_left = window.left, p.window_right = window.right;
     p.sinks = a.sinks, p.dsinks = a.dsinks;
+    if (c.softcap) {  // P as the forward's: the softmax's scale is the cap's; dQ and dK keep softmax_scale
+        p.softcap_scale = float(c.scale() / a.softcap);
+        p.scale_log2 = float(double(a.softcap) * 1.4426950408889634);
+    }
     return p;
 }
 

@@ -32,6 +32,7 @@ struct BackwardCall {
     int window_size_left = -1, window_size_right = -1;  // local: as BackwardArgs
     const float* sinks = nullptr;  // sinks: as BackwardArgs
     float* dsinks = nullptr;
+    float softcap = 0;  // softcap: as BackwardArgs
 };
 
 struct BackwardLaunch {

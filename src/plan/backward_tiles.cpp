@@ -189,9 +189,6 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
     if (c.paged_kv)
         throw ConfigError("paged_kv", "a paged KV cache is for inference: it has no backward pass (train with "
                                       "paged_kv false)");
-    if (c.softcap)
-        throw ConfigError("softcap", "softcapped attention has forward kernels only for now: its backward (the "
-                                     "tanh's derivative in dS) is not built yet");
     BackwardPlan p;
     // Both pads to 16: each is the k of an MMA here (QK^T, dO V^T).
     const arch::Arch& ai = fill_problem(p, c, 16);

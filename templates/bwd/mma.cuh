@@ -5,6 +5,7 @@
 //   main        one CTA per (key block, kv head, batch) walks every query block of every query head of its GQA
 //               group: it recomputes S = Q K^T and P = exp(S * scale - LSE), then
 //                 dV += P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dK += dS^T Q,   dQ += dS K,
+//               (softcapped: S is capped first and dS takes the cap's slope, dS = P * (1 - tanh^2) * (dP - D)),
 //               keeping dK and dV in registers (summed over the group: the caller never reduces) and adding dQ into
 //               an fp32 accumulator in global memory (in key-block order when deterministic).
 //   postprocess dQ = accumulator * scale, to the dtype and the caller's strides (bwd/rows.cuh).
@@ -214,8 +215,8 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         ptx::cp_async_wait<0>();
         __syncthreads();  // this step's tiles are in; every warp is past the previous step (its buffer is free)
 
-        // S = Q K^T, then P = exp(S * scale - LSE) (0 where masked), to shared memory for dV and kept packed in
-        // 16 bits (the value dV sees) for dS: S's fp32 registers are free before dP's are taken.
+        // S = Q K^T (capped: kSoftcap), then P = exp(S * scale - LSE) (0 where masked), to shared memory for dV and
+        // kept packed in 16 bits (the value dV sees) for dS: S's fp32 registers are free before dP's are taken.
         const bool masked = n0 + T::kBlockN > seqlen_k || mask.edge(n0, m0);
         // A C fragment's rows r and r + 8 (columns c, c + 1, packed) into a [query][key] 16-bit tile.
         auto store_rows = [](u16* tile, int r, int c, u32 top, u32 bottom) {
@@ -227,6 +228,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
             float s[kSdpMI][S::kSdpNP * 2][4];
             warp::gemm<T::kBF16, kSdpMI, S::kSdpNP, T::kBlockN / 16, T::kPadQK / 16, false, false, true>(
                 s, aQ, S::kStrideQK, sm * S::kSdpM, aK, S::kStrideQK, sn * S::kSdpNP, 1, lane);
+            detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
             if (masked) detail::apply_mask(mask, s, n0 + sn * S::kSdpNP * 16, m0 + sm * S::kSdpM, lane);
 #pragma unroll
             for (int mi = 0; mi < kSdpMI; ++mi) {
@@ -238,9 +240,18 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                     float pr[4];
 #pragma unroll
                     for (int e = 0; e < 4; ++e) pr[e] = ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
-                    p16[mi][nb][0] = ptx::pack2<T::kBF16>(pr[0], pr[1]);
-                    p16[mi][nb][1] = ptx::pack2<T::kBF16>(pr[2], pr[3]);
-                    store_rows(sP, r_local, c_local, p16[mi][nb][0], p16[mi][nb][1]);
+                    const u32 top = ptx::pack2<T::kBF16>(pr[0], pr[1]), bottom = ptx::pack2<T::kBF16>(pr[2], pr[3]);
+                    store_rows(sP, r_local, c_local, top, bottom);
+                    if constexpr (T::kSoftcap) {
+                        // dS takes P times the cap's slope (dV P itself), which waits in dS's places of its tile:
+                        // in registers it spilled (d100).
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) pr[e] *= detail::softcap_slope(s[mi][nb][e]);
+                        store_rows(sdS, r_local, c_local, ptx::pack2<T::kBF16>(pr[0], pr[1]),
+                                   ptx::pack2<T::kBF16>(pr[2], pr[3]));
+                    } else {
+                        p16[mi][nb][0] = top, p16[mi][nb][1] = bottom;
+                    }
                 }
             }
         }
@@ -258,9 +269,17 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
                 for (int nb = 0; nb < S::kSdpNP * 2; ++nb) {
                     const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
                     float ds[4];
+                    if constexpr (T::kSoftcap) {  // P times the cap's slope, from dS's places
+                        const u32 pp[2] = {*reinterpret_cast<const u32*>(sdS + r_local * S::kStrideN + c_local),
+                                           *reinterpret_cast<const u32*>(sdS + (r_local + 8) * S::kStrideN + c_local)};
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        ds[e] = ptx::unpack<T::kBF16>(p16[mi][nb][e >> 1], e & 1) * (dp[mi][nb][e] - dd[e >> 1]);
+                        for (int e = 0; e < 4; ++e)
+                            ds[e] = ptx::unpack<T::kBF16>(pp[e >> 1], e & 1) * (dp[mi][nb][e] - dd[e >> 1]);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            ds[e] = ptx::unpack<T::kBF16>(p16[mi][nb][e >> 1], e & 1) * (dp[mi][nb][e] - dd[e >> 1]);
+                    }
                     store_rows(sdS, r_local, c_local, ptx::pack2<T::kBF16>(ds[0], ds[1]),
                                ptx::pack2<T::kBF16>(ds[2], ds[3]));
                 }

@@ -5,7 +5,8 @@
 //         Each warpgroup owns 64 of the CTA's keys and keeps their dK and dV in registers across the walk. Scores
 //         are computed transposed, keys along wgmma's M:
 //           S^T = K Q^T,  dP^T = V dO^T            (both operands from shared memory, K-major)
-//           P^T = exp2(S^T * scale_log2 - LSE2),  dS^T = P^T * (dP^T - D)   (LSE2 and D per query: per column)
+//           P^T = exp2(S^T * scale_log2 - LSE2),  dS^T = P^T * (dP^T - D)   (LSE2 and D per query: per column;
+//                                                   softcapped: S^T capped first, dS^T times the cap's slope)
 //           dV += P^T dO,  dK += dS^T Q             (A from the accumulators, repacked; dO and Q read N-major)
 //           dQ += dS K                              (dS^T from shared memory read M-major, K read N-major)
 //         so P^T and dS^T come out of the accumulators in the A-fragment layout the dV and dK GEMMs take from
@@ -107,36 +108,51 @@ __device__ __forceinline__ void bwd_scores_t(float (&d)[kNB][4], u32 a, u32 b, i
 // columns: queries nb * 8 + t2 (+ 1) of the step's block starting at m0), shared by bwd/sm90.cuh and bwd/sm90_ws.cuh.
 // P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the mask hides the key (`masked`: the block meets the mask's
 // edge; shift: mask.shift()), packed to 16 bits as dV's A fragments (and the value dS is computed from, as
-// bwd/mma.cuh).
-template <bool kBF16, int kNB, class Mask>
+// bwd/mma.cuh). kSoftcap: S^T is capped first (t = tanh(S^T * softcap_scale)), and capped(nb, p, t) gets each 8-query
+// block's P^T and t (4 of each), for dS's factor P^T * (1 - t^2): the bwd_capped_* below.
+template <bool kBF16, bool kSoftcap, int kNB, class Mask, class Capped>
 __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4], const float* sLse, const BwdParams& p,
-                                        const Mask& mask, bool masked, int key0, int m0, int shift, int t2) {
+                                        const Mask& mask, bool masked, int key0, int m0, int shift, int t2,
+                                        Capped&& capped) {
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
         const int c = nb * 8 + t2;
         const float lse2[2] = {sLse[c], sLse[c + 1]};
+        float t[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            float x = s[nb][e] * p.scale_log2 - lse2[e & 1];
+            t[e] = s[nb][e];
+            if constexpr (kSoftcap) t[e] = ptx::tanh_approx(t[e] * p.softcap_scale);
+            float x = t[e] * p.scale_log2 - lse2[e & 1];
             if (masked && mask.hides(m0 + c + (e & 1) + shift, key0 + 8 * (e >> 1))) x = neg_inf();
             s[nb][e] = ptx::fast_exp2(x);
         }
+        if constexpr (kSoftcap) capped(nb, s[nb], t);
     }
 #pragma unroll
     for (int kk = 0; kk < kNB / 2; ++kk) pack_p<kBF16>(s, kk, pa[kk]);
 }
+// Where bwd_ds_t finds the P it multiplies by: pa (registers), nowhere (dp holds dS^T already: bwd_capped_ds_t), or
+// this thread's own places of the dS^T tile, which it overwrites (bwd_capped_smem_t).
+enum class PFrom { regs, none, smem };
+
 // dS^T = P^T * (dP^T - D[query]), packed once: dK's A fragments (pack_p's order) and dQ's operand, rows r and r + 8
 // of the dS^T tile in shared memory (layout LdS).
-template <bool kBF16, int kNB, class LdS>
+template <bool kBF16, int kNB, class LdS, PFrom kFrom = PFrom::regs>
 __device__ __forceinline__ void bwd_ds_t(float (&dp)[kNB][4], const u32 (&pa)[kNB / 2][4], u32 (&dsa)[kNB / 2][4],
                                          const float* sD, ptx::u16* sdS, int r, int t2, bool store = true) {
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
         const int c = nb * 8 + t2;
-        const float d[2] = {sD[c], sD[c + 1]};
-        const u32 p16[2] = {pa[nb / 2][(nb & 1) * 2], pa[nb / 2][(nb & 1) * 2 + 1]};  // rows g, g + 8
+        if constexpr (kFrom != PFrom::none) {
+            const float d[2] = {sD[c], sD[c + 1]};
+            const u32 p16[2] = {kFrom == PFrom::smem ? *reinterpret_cast<const u32*>(sdS + LdS::offset(r, c))
+                                                     : pa[nb / 2][(nb & 1) * 2],
+                                kFrom == PFrom::smem ? *reinterpret_cast<const u32*>(sdS + LdS::offset(r + 8, c))
+                                                     : pa[nb / 2][(nb & 1) * 2 + 1]};  // rows g, g + 8
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dp[nb][e] = ptx::unpack<kBF16>(p16[e >> 1], e & 1) * (dp[nb][e] - d[e & 1]);
+            for (int e = 0; e < 4; ++e) dp[nb][e] = ptx::unpack<kBF16>(p16[e >> 1], e & 1) * (dp[nb][e] - d[e & 1]);
+        }
         u32* ds16 = &dsa[nb / 2][(nb & 1) * 2];
         ds16[0] = ptx::pack2<kBF16>(dp[nb][0], dp[nb][1]);
         ds16[1] = ptx::pack2<kBF16>(dp[nb][2], dp[nb][3]);
@@ -145,6 +161,39 @@ __device__ __forceinline__ void bwd_ds_t(float (&dp)[kNB][4], const u32 (&pa)[kN
             *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ds16[1];
         }
     }
+}
+// bwd_p_t's `capped`, three ways, by where dS^T's factor P^T * (1 - t^2) waits for dP^T (bwd_ds_t's PFrom):
+// - none: dP^T is in already, and becomes dS^T = P^T * (1 - t^2) * (dP^T - D[query]) in place;
+template <int kNB>
+__device__ __forceinline__ auto bwd_capped_ds_t(float (&dp)[kNB][4], const float* sD, int t2) {
+    return [&dp, sD, t2](int nb, const float (&pr)[4], const float (&t)[4]) {
+        const int c = nb * 8 + t2;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[nb][e] = pr[e] * softcap_slope(t[e]) * (dp[nb][e] - sD[c + (e & 1)]);
+    };
+}
+// - regs: packed as P^T is, into psa (16 registers a thread at 64 queries a step);
+template <bool kBF16, int kPairs>
+__device__ __forceinline__ auto bwd_capped_ps_t(u32 (&psa)[kPairs][4]) {
+    return [&psa](int nb, const float (&pr)[4], const float (&t)[4]) {
+        float ps[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ps[e] = pr[e] * softcap_slope(t[e]);
+        psa[nb / 2][(nb & 1) * 2] = ptx::pack2<kBF16>(ps[0], ps[1]);
+        psa[nb / 2][(nb & 1) * 2 + 1] = ptx::pack2<kBF16>(ps[2], ps[3]);
+    };
+}
+// - smem: packed alike into the places of the dS^T tile (rows r, r + 8) that this thread's dS^T takes later.
+template <bool kBF16, class LdS>
+__device__ __forceinline__ auto bwd_capped_smem_t(ptx::u16* sdS, int r, int t2) {
+    return [sdS, r, t2](int nb, const float (&pr)[4], const float (&t)[4]) {
+        const int c = nb * 8 + t2;
+        float ps[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ps[e] = pr[e] * softcap_slope(t[e]);
+        *reinterpret_cast<u32*>(sdS + LdS::offset(r, c)) = ptx::pack2<kBF16>(ps[0], ps[1]);
+        *reinterpret_cast<u32*>(sdS + LdS::offset(r + 8, c)) = ptx::pack2<kBF16>(ps[2], ps[3]);
+    };
 }
 // dK (scaled) and dV of this thread's two keys from their accumulators (kAccQK, kAccV columns), to rows dk and dv of
 // the caller's layout (seq strides apart): keys below seqlen_k, the real columns; kShift: the tiles' columns lie sk
@@ -338,11 +387,14 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         sm90::fence_regs<S::kNB * 4>(&s[0][0]);
 
         // P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the causal mask hides the key; packed to 16 bits as
-        // dV's A fragments (and the value dS is computed from, as bwd/mma.cuh).
+        // dV's A fragments (and the value dS is computed from, as bwd/mma.cuh; softcapped, P^T times the cap's slope
+        // waits for dP^T in dS^T's places: in registers, or with S^T and dP^T together, it spilled at d100).
         const bool masked = mask.edge(n0, m0);
         const int shift = mask.shift();
+        const int ds_row = wg * 64 + wq * 16 + g;
         u32 pa[T::kBlockM / 16][4];
-        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, mask, masked, key0, m0, shift, t2);
+        detail::bwd_p_t<T::kBF16, T::kSoftcap>(s, pa, sLse, p, mask, masked, key0, m0, shift, t2,
+                                               detail::bwd_capped_smem_t<T::kBF16, LdS>(sdS, ds_row, t2));
 
         // dP^T = V dO^T; dS^T = P^T * (dP^T - D[query]), packed as dK's A fragments and stored to shared memory
         // for dQ.
@@ -354,7 +406,8 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
         sm90::fence_regs<T::kBlockM / 16 * 4>(&pa[0][0]);
         u32 dsa[T::kBlockM / 16][4];
-        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, wg * 64 + wq * 16 + g, t2);
+        constexpr auto kPFrom = T::kSoftcap ? detail::PFrom::smem : detail::PFrom::regs;
+        detail::bwd_ds_t<T::kBF16, S::kNB, LdS, kPFrom>(dp, pa, dsa, sD, sdS, ds_row, t2);
 
         // dV += P^T dO and dK += dS^T Q, one group; it runs while dS^T is published.
         wgmma::fence();

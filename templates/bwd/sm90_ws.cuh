@@ -516,12 +516,20 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         wgmma::wait<1>();
         sm90::fence_regs<S::kNB * 4>(&s[0][0]);
 
-        // P^T, then dS^T once dP^T is in (bwd/sm90.cuh's arithmetic).
+        // P^T, then dS^T once dP^T is in (bwd/sm90.cuh's arithmetic). Softcapped, both once dP^T is in, dS^T made in
+        // place: P^T times the cap's slope held to dP^T in registers spilled (d64: 48 bytes, d128: 28), in the dS^T
+        // tile's places more (d64: 196, d128: 68).
+        constexpr auto kPFrom = T::kSoftcap ? detail::PFrom::none : detail::PFrom::regs;
+        auto dp_in = [&] {
+            wgmma::wait<0>();
+            sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
+        };
+        if constexpr (T::kSoftcap) dp_in();
         const bool masked = mask.edge(n0, m0);
         u32 pa[T::kBlockM / 16][4];
-        detail::bwd_p_t<T::kBF16>(s, pa, sLse, p, mask, masked, key0, m0, mask.shift(), t2);
-        wgmma::wait<0>();
-        sm90::fence_regs<S::kNB * 4>(&dp[0][0]);
+        detail::bwd_p_t<T::kBF16, T::kSoftcap>(s, pa, sLse, p, mask, masked, key0, m0, mask.shift(), t2,
+                                               detail::bwd_capped_ds_t(dp, sD, t2));
+        if constexpr (!T::kSoftcap) dp_in();
         u32 dsa[T::kBlockM / 16][4];
         // Lagged: the buffer's last reader, step i - 2's dQ (issued in step i - 1), done in every warp.
         if (kLag && i >= 2) ptx::mbar_wait(ds_empty(i & 1), ((i >> 1) & 1) ^ 1);
@@ -530,7 +538,7 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         // spilled them (d132, d136; lagged varlen).
         int ds_row = key_wg + wq * 16 + g;
         if constexpr (kLag && ((!S::kWide && S::kAccQK > 128) || T::kVarlen)) asm volatile("" : "+r"(ds_row));
-        detail::bwd_ds_t<T::kBF16, S::kNB, LdS>(dp, pa, dsa, sD, sdS, ds_row, t2, !S::kWide || wg == 0);
+        detail::bwd_ds_t<T::kBF16, S::kNB, LdS, kPFrom>(dp, pa, dsa, sD, sdS, ds_row, t2, !S::kWide || wg == 0);
 
         if constexpr (kLag) {
             wgmma::fence_proxy_async();  // dS^T's stores, visible to wgmma

@@ -10,10 +10,10 @@
 // S^T and dP^T are issued at the same time by the two warpgroups (64-wide wgmmas, as the wide form's); P^T and dV,
 // dS^T and dK stay in the registers of the warpgroup that computed them (A from registers). Two named barriers a
 // step: P^T handed to warpgroup 1 through shared memory (each thread's fragments as they are: both warpgroups'
-// accumulators lie alike), and dS^T stored for dQ. One buffer each: a warpgroup writes its next step's only after
-// the other has passed this step's barrier that follows its reads (warpgroup 0 writes P^T after the dS^T barrier,
-// before which warpgroup 1 read it; warpgroup 1 writes dS^T after the P^T barrier, to which warpgroup 0 comes once
-// its previous dQ is done).
+// accumulators lie alike; softcapped, P^T times the cap's slope, all dS^T takes), and dS^T stored for dQ. One buffer
+// each: a warpgroup writes its next step's only after the other has passed this step's barrier that follows its reads
+// (warpgroup 0 writes P^T after the dS^T barrier, before which warpgroup 1 read it; warpgroup 1 writes dS^T after the
+// P^T barrier, to which warpgroup 0 comes once its previous dQ is done).
 #pragma once
 #include "bwd/sm90.cuh"
 
@@ -175,10 +175,13 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
             wgmma::wait<0>();
             sm90::fence_regs<S::kNB * 4>(&s[0][0]);
             const bool masked = mask.edge(c.n0, m0);
-            u32 pa[kPairs][4];
-            bwd_p_t<T::kBF16>(s, pa, c.sLse0 + st * T::kBlockM, p, mask, masked, key0, m0, mask.shift(), t2);
+            // The other warpgroup's dS takes P^T, softcapped times the cap's slope (packed as P^T: psa).
+            u32 pa[kPairs][4], psa[kPairs][4];
+            bwd_p_t<T::kBF16, T::kSoftcap>(s, pa, c.sLse0 + st * T::kBlockM, p, mask, masked, key0, m0, mask.shift(),
+                                           t2, bwd_capped_ps_t<T::kBF16>(psa));
+            const u32(&ph)[kPairs][4] = T::kSoftcap ? psa : pa;
 #pragma unroll
-            for (int k = 0; k < kPairs; ++k) c.sX[k * 128 + ctid] = make_uint4(pa[k][0], pa[k][1], pa[k][2], pa[k][3]);
+            for (int k = 0; k < kPairs; ++k) c.sX[k * 128 + ctid] = make_uint4(ph[k][0], ph[k][1], ph[k][2], ph[k][3]);
             ptx::bar_arrive(kBarP, 2 * 128);
             wgmma::fence();
             sm90::gemm_rs<T::kPadV, kPairs, T::kBF16, true>(

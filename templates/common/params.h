@@ -89,6 +89,10 @@ struct BwdParams {
     int window_left, window_right;  // as FwdParams
     const float* sinks;    // as FwdParams
     float* dsinks;         // null, or [heads_q]: -sum over rows of exp(sink - LSE) * D, written by the postprocess
+    // Softcap (kSoftcap), as FwdParams: scores x become tanh(x * softcap_scale) and scale_log2 is softcap * log2(e)
+    // (P as the forward's); scale stays softmax_scale, the factor dQ and dK take (the cap's slope 1 - tanh^2 joins
+    // dS).
+    float softcap_scale;
 };
 
 // Parameters of the decode kernels (dec/mma.cuh). A CTA serves one (split, KV head, row block, sequence): its rows

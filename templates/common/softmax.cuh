@@ -105,6 +105,10 @@ __device__ __forceinline__ void apply_softcap(float (&s)[kMT][kNB][4], float sof
     }
 }
 
+// The backward's factor for a capped score t = tanh(x * softcap_scale): d(softcap * t) / d(x * softmax_scale) =
+// 1 - t^2, which joins dS (dQ and dK take softmax_scale as uncapped). 0 where the mask wrote t = -inf (P is 0 there).
+__device__ __forceinline__ float softcap_slope(float t) { return fmaxf(fmaf(-t, t, 1.f), 0.f); }
+
 // Attention sinks: a row's sink logit (in the scaled scores' units) joins its softmax denominator as a key whose value
 // is zero. m_scaled: the row's max score times the scale (-inf: the row saw no key); sum: its sum of exp(score *
 // scale - m_scaled). Gives the factor that turns the row's accumulator into O (the normalization included) and the

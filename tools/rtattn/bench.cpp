@@ -260,6 +260,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         b.batch = B, b.seqlen_q = b.seqlen_k = longest;
         b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
         if (c.sinks) b.sinks = a.sinks, b.dsinks = static_cast<float*>(s.dsinks.get());
+        b.softcap = a.softcap;
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         b.workspace_bytes = c.backward.workspace_bytes(B, longest, longest);
         s.workspace = driver::DeviceBuffer(b.workspace_bytes);
@@ -549,7 +550,7 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
                     "dsinks too) (default off)")
         ->delimiter(',');
     cmd->add_option("--softcap", o->softcaps,
-                    "off and/or caps > 0: each times a softcap kernel with that cap (forward only) (default off)")
+                    "off and/or caps > 0: each times a softcap kernel with that cap (default off)")
         ->delimiter(',');
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa, range] {

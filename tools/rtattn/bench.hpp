@@ -52,7 +52,7 @@ struct BenchOptions {
     // --sinks: off and/or on; on times a sinks kernel (each head's sink logit a call argument; the backward writes
     // dsinks too).
     std::vector<std::string> sinks = {"off"};
-    // --softcap: off and/or caps (> 0), each a softcap kernel (the cap a call argument; forward passes only).
+    // --softcap: off and/or caps (> 0), each a softcap kernel (the cap a call argument).
     std::vector<std::string> softcaps = {"off"};
 };
 

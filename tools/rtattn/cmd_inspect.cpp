@@ -151,7 +151,7 @@ json backward_info_json(const ResolvedBackward& r, const cache::DiskCache& disk)
 }
 
 void print_backward_text(const json& b) {
-    if (b.contains("unavailable")) {  // a config whose forward runs and whose backward is refused (softcap)
+    if (b.contains("unavailable")) {  // a config whose forward runs and whose backward cannot be planned
         fmt::print("backward plan: none ({})\n", b["unavailable"].get<std::string>());
         return;
     }

@@ -72,7 +72,7 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
     app->add_flag("--sinks", o.flags.sinks,
                   "attention sinks: a per-head logit, given per call, in every softmax denominator (gpt-oss)");
     app->add_flag("--softcap", o.flags.softcap,
-                  "logit softcapping: scores cap * tanh(score / cap), the cap given per call (Gemma 2; forward only)");
+                  "logit softcapping: scores cap * tanh(score / cap), the cap given per call (Gemma 2)");
 }
 
 const tool::ExpandOptions& resolve_arch() {
