@@ -75,6 +75,9 @@ struct Case {
     int window_left = -1, window_right = -1;
     bool sinks = false;  // a sinks kernel (config.sinks), each query head's sink logit drawn with the inputs
     float softcap = 0;   // > 0: a softcap kernel (config.softcap) and the call's cap
+    // ALiBi (config.alibi): 1, one row of [heads_q] slopes for every sequence (batch stride 0); 2, a row per
+    // sequence, [batch, heads_q + 3] (padded rows). 0: none.
+    int alibi = 0;
 
     AttentionConfig config() const {
         AttentionConfig c;
@@ -85,6 +88,7 @@ struct Case {
         c.local = local;
         c.sinks = sinks;
         c.softcap = softcap > 0;
+        c.alibi = alibi > 0;
         c.num_heads_q = heads_q;
         c.num_heads_kv = heads_kv;
         c.softmax_scale = scale;
@@ -105,6 +109,7 @@ struct Case {
         if (local) s += fmt::format(" window({},{})", window_left, window_right);
         if (sinks) s += " sinks";
         if (softcap > 0) s += fmt::format(" softcap={}", softcap);
+        if (alibi) s += alibi == 1 ? " alibi" : " alibi-per-batch";
         return s;
     }
 
@@ -158,6 +163,9 @@ struct Problem {
     Placement q, k, v, o;
     // Sinks cases: [heads_q] logits, from below the rows' typical LSE to above it (the sink then dominates).
     std::vector<float> sinks;
+    // ALiBi cases: the slopes as the call gives them ([heads_q], or [batch] rows of alibi_stride()).
+    std::vector<float> alibi;
+    std::int64_t alibi_stride() const { return c.alibi == 2 ? c.heads_q + 3 : 0; }
 
     std::size_t lse_count() const { return std::size_t(c.batch) * c.heads_q * c.seqlen_q; }
 };
@@ -190,6 +198,7 @@ private:
     std::vector<driver::DeviceBuffer> buffers_;
     driver::DeviceBuffer lse_;
     driver::DeviceBuffer sinks_;  // 4 bytes at least: a sinks case uploads its [heads_q] logits
+    driver::DeviceBuffer alibi_;  // 4 bytes at least: an ALiBi case's slopes
 };
 
 // Copies and fills run on the legacy stream. driver::Stream is created blocking, so work on it already waits for

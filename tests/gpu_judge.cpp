@@ -109,19 +109,21 @@ Runtime& runtime() {
 
 
 // Compiles every kernel the tables need, in parallel, once. The cubin depends only on the head dims, dtype, causal,
-// local, sinks, softcap and whether the kv heads make packed K/V rows 16-byte multiples (plan::kv_rows_16b; the other
-// head counts, the scale, a window's bounds, the sinks' values and the cap are launch parameters), so one get() per
+// local, sinks, softcap, alibi and whether the kv heads make packed K/V rows 16-byte multiples (plan::kv_rows_16b; the other
+// head counts, the scale, a window's bounds, the sinks' values, the cap and the slopes are launch parameters), so one get() per
 // such tuple fills the Runtime's memory cache and the cases' own get() calls are hits. A compile failure here is not
 // reported: the case that needs the kernel calls get() again and fails with the config in its message.
 void warm(const std::vector<std::vector<Case>>& tables) {
     static std::once_flag once;
     std::call_once(once, [&] {
-        std::set<std::tuple<int, int, Dtype, bool, bool, bool, bool, bool>> seen;
+        std::set<std::tuple<int, int, Dtype, bool, bool, bool, bool, bool, bool>> seen;
         std::vector<AttentionConfig> configs;
         for (const auto& table : tables)
             for (const Case& c : table) {
                 const bool rows_16b = c.heads_kv * c.d_qk % 8 == 0 && c.heads_kv * c.d_v % 8 == 0;
-                if (seen.emplace(c.d_qk, c.d_v, c.dtype, c.causal, c.local, c.sinks, c.softcap > 0, rows_16b).second) {
+                if (seen.emplace(c.d_qk, c.d_v, c.dtype, c.causal, c.local, c.sinks, c.softcap > 0, c.alibi > 0,
+                                 rows_16b)
+                        .second) {
                     Case canonical = c;
                     canonical.heads_q = canonical.heads_kv = rows_16b ? 8 : 1;
                     canonical.scale.reset();

@@ -138,6 +138,14 @@ Problem make_problem(const Case& c, std::uint32_t salt) {
         std::uniform_real_distribution<float> sink(-2.f, 2.f + std::log(float(c.seqlen_k)));
         for (int h = 0; h < c.heads_q; ++h) p.sinks.push_back(sink(rng));
     }
+    if (c.alibi) {
+        // BLOOM's slopes for 8 heads run 2^-1 .. 2^-8: drawn in that range (a row's bias spans many keys or few).
+        std::uniform_real_distribution<float> log2_slope(-8.f, -1.f);
+        const int rows = c.alibi == 2 ? c.batch : 1;
+        p.alibi.assign(std::size_t(rows) * std::max<std::int64_t>(p.alibi_stride(), c.heads_q), -1e30f);
+        for (int b = 0; b < rows; ++b)
+            for (int h = 0; h < c.heads_q; ++h) p.alibi[b * p.alibi_stride() + h] = std::exp2(log2_slope(rng));
+    }
     return p;
 }
 
@@ -156,6 +164,8 @@ test::ReferenceProblem reference_problem(const Problem& p) {
     r.scale = p.c.effective_scale();
     r.sinks.assign(p.sinks.begin(), p.sinks.end());
     r.softcap = p.c.softcap;
+    for (int b = 0; !p.alibi.empty() && b < p.c.batch; ++b)
+        for (int h = 0; h < p.c.heads_q; ++h) r.alibi.push_back(p.alibi[b * p.alibi_stride() + h]);
     r.q = view(p.q), r.k = view(p.k), r.v = view(p.v);
     return r;
 }
@@ -163,7 +173,8 @@ test::ReferenceProblem reference_problem(const Problem& p) {
 test::ReferenceResult reference_for(const Problem& p) { return test::reference_forward(reference_problem(p)); }
 
 DeviceProblem::DeviceProblem(const Problem& p)
-    : lse_((p.lse_count() + kGuard) * sizeof(float)), sinks_(std::max<std::size_t>(p.sinks.size(), 1) * 4) {
+    : lse_((p.lse_count() + kGuard) * sizeof(float)), sinks_(std::max<std::size_t>(p.sinks.size(), 1) * 4),
+      alibi_(std::max<std::size_t>(p.alibi.size(), 1) * 4) {
     for (const auto& b : p.buffers) buffers_.emplace_back(b.size() * sizeof(std::uint16_t));
 }
 
@@ -171,6 +182,7 @@ void DeviceProblem::upload_inputs(const Problem& p) {
     for (std::size_t i = 0; i < buffers_.size(); ++i)
         if (int(i) != p.o.buffer) buffers_[i].upload(p.buffers[i].data(), buffers_[i].bytes());
     if (!p.sinks.empty()) sinks_.upload(p.sinks.data(), p.sinks.size() * 4);
+    if (!p.alibi.empty()) alibi_.upload(p.alibi.data(), p.alibi.size() * 4);
 }
 
 void DeviceProblem::poison_outputs(const Problem& p) {
@@ -192,6 +204,7 @@ ForwardArgs DeviceProblem::args(const Problem& p) const {
     a.window_size_left = p.c.window_left, a.window_size_right = p.c.window_right;
     if (p.c.sinks) a.sinks = static_cast<const float*>(sinks_.get());
     a.softcap = p.c.softcap;
+    if (p.c.alibi) a.alibi_slopes = static_cast<const float*>(alibi_.get()), a.alibi_slopes_batch_stride = p.alibi_stride();
     return a;
 }
 

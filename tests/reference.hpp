@@ -58,6 +58,9 @@ struct ReferenceProblem {
     std::vector<double> sinks;
     // Softcapping (> 0): each scaled score s becomes softcap * tanh(s / softcap) before the mask and softmax. 0: off.
     double softcap = 0;
+    // ALiBi: [batch, heads_q] slopes; the (capped) score of query i and key j loses slope * |j - (i + Sk - Sq)|.
+    // Empty: none.
+    std::vector<double> alibi;
     HostTensorView q, k, v;
 };
 

@@ -42,16 +42,23 @@ struct RowStats {
     }
 };
 
+// ALiBi's bias of query i and key j in sequence b, head h: -slope * |j - (i + seqlen_k - seqlen_q)|; 0 without.
+double alibi_bias(const DenseProblem& p, int b, int h, int i, int j) {
+    if (p.alibi.empty()) return 0.0;
+    return -p.alibi[std::size_t(b) * p.heads_q + h] * std::abs(double(j) - (i + p.seqlen_k - p.seqlen_q));
+}
+
 double score(const DenseProblem& p, int b, int h, int i, int j) {
     const int kvh = h / (p.heads_q / p.heads_kv);
     const double s = p.scale * dot(&p.q[p.q_index(b, i, h, 0)], &p.k[p.k_index(b, j, kvh, 0)], p.head_dim_qk);
-    return p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s;
+    return (p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s) + alibi_bias(p, b, h, i, j);
 }
 
-// d score / d (scaled dot product) at a score: 1, or the cap's 1 - tanh^2.
-double cap_slope(const DenseProblem& p, double score) {
+// d score / d (scaled dot product) at a score (of query i, key j): 1, or the cap's 1 - tanh^2 (of the capped part:
+// ALiBi's bias is a constant).
+double cap_slope(const DenseProblem& p, double score, int b, int h, int i, int j) {
     if (p.softcap <= 0) return 1.0;
-    const double t = score / p.softcap;
+    const double t = (score - alibi_bias(p, b, h, i, j)) / p.softcap;
     return 1.0 - t * t;
 }
 
@@ -135,7 +142,7 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
         st.delta[st.at(p, b, h, i)] = delta;
         double* dq = &r.dq[p.q_index(b, i, h, 0)];
         for (int j = 0; j < n; ++j) {
-            const double ds = pr[j] * (dpr[j] - delta) * cap_slope(p, s[j]);
+            const double ds = pr[j] * (dpr[j] - delta) * cap_slope(p, s[j], b, h, i, keys.first + j);
             const double* kj = &p.k[p.k_index(b, keys.first + j, h / group, 0)];
             for (int d = 0; d < p.head_dim_qk; ++d) dq[d] += p.scale * ds * kj[d];
         }
@@ -166,7 +173,7 @@ BackwardResult dense_backward(const DenseProblem& p, int threads) {
                 const std::size_t row = st.at(p, b, h, i);
                 const double sc = score(p, b, h, i, j);
                 const double pr = std::exp(sc - st.lse[row]);
-                const double ds = pr * (dp(p, b, h, i, j) - st.delta[row]) * cap_slope(p, sc);
+                const double ds = pr * (dp(p, b, h, i, j) - st.delta[row]) * cap_slope(p, sc, b, h, i, j);
                 const double* qi = &p.q[p.q_index(b, i, h, 0)];
                 const double* doi = &p.dout[p.o_index(b, i, h, 0)];
                 for (int d = 0; d < p.head_dim_v; ++d) dv[d] += pr * doi[d];
@@ -184,6 +191,7 @@ DenseProblem dense_from(const ReferenceProblem& p, const HostTensorView& dout) {
     d.window_left = p.window_left, d.window_right = p.window_right;
     d.sinks = p.sinks;
     d.softcap = p.softcap;
+    d.alibi = p.alibi;
     d.q.resize(std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim_qk);
     d.k.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_qk);
     d.v.resize(std::size_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim_v);

@@ -20,6 +20,7 @@ struct DenseProblem {
     std::vector<double> q, k, v, dout;
     std::vector<double> sinks;  // [heads_q] sink logits (ReferenceProblem::sinks); empty: none
     double softcap = 0;         // > 0: scaled scores s become softcap * tanh(s / softcap) (ReferenceProblem::softcap)
+    std::vector<double> alibi;  // [batch, heads_q] ALiBi slopes (ReferenceProblem::alibi); empty: none
     // Optional [batch, heads_q, seqlen_q]: the loss's gradient with respect to the forward's LSE (empty: none).
     std::vector<double> dlse;
 

@@ -166,6 +166,29 @@ TEST_CASE("softcap: a softcap kernel needs a finite cap > 0, any other takes 0, 
     }
 }
 
+TEST_CASE("alibi: an ALiBi kernel needs slopes (float32, a row or a row per sequence), any other refuses them",
+          "[args][alibi]") {
+    auto field = [&](bool alibi, const float* slopes, std::int64_t stride) {
+        Call x = call(128, false, false);
+        x.c.alibi = alibi;
+        x.p = rtattn::plan::plan(x.c);
+        x.a.alibi_slopes = slopes, x.a.alibi_slopes_batch_stride = stride;
+        return x.field();
+    };
+    const float* some = static_cast<const float*>(at(kBase + 64));
+    const int hq = call(128, false, false).c.num_heads_q;
+    CHECK(field(false, nullptr, 0) == "");
+    CHECK(field(false, some, 0) == "alibi_slopes");
+    CHECK(field(false, nullptr, hq) == "alibi_slopes_batch_stride");
+    CHECK(field(true, nullptr, 0) == "alibi_slopes");
+    CHECK(field(true, some, 0) == "");
+    CHECK(field(true, some, hq) == "");
+    CHECK(field(true, some, hq + 5) == "");  // padded rows
+    CHECK(field(true, some, hq - 1) == "alibi_slopes_batch_stride");  // rows would overlap
+    CHECK(field(true, some, -1) == "alibi_slopes_batch_stride");
+    CHECK(field(true, reinterpret_cast<const float*>(kBase + 66), 0) == "alibi_slopes");
+}
+
 TEST_CASE("decode calls: query tokens, splits, the workspace and the cache", "[args]") {
     for (bool paged : {false, true}) {
         CAPTURE(paged);

@@ -522,6 +522,9 @@ static void test_decode(void) {
         a.softcap = 30.f; /* a cap on a kernel without softcap */
         CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "softcap");
         a.softcap = 0.f;
+        a.alibi_slopes = (const float*)fake; /* slopes on a kernel without ALiBi */
+        CHECK_FAILS(rtattn_kernel_forward(k, &a, NULL), RTATTN_ERROR_ARGUMENT, "alibi_slopes");
+        a.alibi_slopes = NULL;
         {
             rtattn_merge_args m;
             rtattn_merge_args_init(&m);

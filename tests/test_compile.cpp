@@ -223,6 +223,36 @@ TEST_CASE("softcap kernels compile with 0 spills: every forward family, decode, 
     }
 }
 
+TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, the backward", "[compile][nvrtc][alibi]") {
+    // The bias sits between the cap and the mask in each forward family (fwd_mma on sm_80, fwd_sm90_ws whole, split
+    // d132 and shifted d100 rows, persistent d128, varlen). The backward's bias joins P's exponent: the mma.sync kernel
+    // (sm_80 d128; sm_90a d100, 255 registers before), the warp-specialized one at 64 queries a step (d128), the wide
+    // form (d192) and the split by GEMM (d256). (Spilling, not here: d64's 128-query steps 12 bytes, as with the cap
+    // 28; d128 causal and d132 4; bwd_sm90 at d124 32.)
+    for (const char* arch : {"sm_80", "sm_90a"})
+        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {256, 2}}) {
+            const bool causal = d != 128, varlen = d == 132;
+            CAPTURE(arch, d, causal, varlen);
+            AttentionConfig c;
+            c.head_dim_qk = d, c.arch = arch, c.dtype = rtattn::Dtype::bf16, c.causal = causal, c.varlen = varlen;
+            c.num_heads_q = c.num_heads_kv = heads, c.alibi = true, c.softcap = d == 256;
+            const auto out = rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
+            INFO("NVRTC log:\n" << out.log);
+            CHECK(out.ptxas.spill_store_bytes == 0);
+            CHECK(out.ptxas.stack_bytes == 0);
+        }
+    for (auto [arch, d] : {std::pair{"sm_80", 128}, {"sm_90a", 100}, {"sm_90a", 128}, {"sm_90a", 192}, {"sm_90a", 256}}) {
+        CAPTURE(arch, d);
+        AttentionConfig c;
+        c.head_dim_qk = d, c.arch = arch, c.dtype = rtattn::Dtype::bf16, c.alibi = true;
+        c.causal = std::string(arch) == "sm_80" || d == 100 || d == 256;
+        const auto src = rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
+        const BuiltBackward bwd{rtattn::compile::compile(src, arch), src.entries};
+        INFO("NVRTC log:\n" << bwd.out.log);
+        check_backward_entries(bwd);
+    }
+}
+
 TEST_CASE("odd and mixed head dims compile too", "[compile][nvrtc]") {
     for (auto [dq, dv] : {std::pair{1, 1}, {17, 17}, {100, 100}, {140, 140}, {255, 255}, {192, 128}, {132, 100}, {76, 140}}) {
         CAPTURE(dq, dv);

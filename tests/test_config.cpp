@@ -267,6 +267,29 @@ TEST_CASE("softcap: a boolean, for every forward pass", "[config][softcap]") {
     CHECK(AttentionConfig::from_json(j.to_json()) == j);
 }
 
+TEST_CASE("alibi: a boolean; decode kernels refuse it for now", "[config][alibi]") {
+    AttentionConfig c;
+    c.alibi = true;
+    CHECK_NOTHROW(c.validate());
+    CHECK(c.describe().find("alibi") != std::string::npos);
+    c.varlen = c.causal = c.local = c.sinks = c.softcap = true;
+    CHECK_NOTHROW(c.validate());
+    const AttentionConfig j = AttentionConfig::from_json(R"({"head_dim": 64, "alibi": true})");
+    CHECK(j.alibi);
+    CHECK(AttentionConfig::from_json(j.to_json()) == j);
+    CHECK(json_error(R"({"head_dim": 64, "alibi": [0.5]})").first == "alibi");  // the flag; the slopes are per call
+    AttentionConfig d;
+    d.head_dim_qk = 128, d.arch = "sm_90a", d.decode = true, d.alibi = true;
+    try {
+        rtattn::plan::plan(d);
+        FAIL("a decode plan with ALiBi");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "alibi");
+    }
+    d.decode = false, d.paged_kv = true;  // a prefill against a paged cache has it
+    CHECK(rtattn::plan::plan(d).mask.alibi);
+}
+
 // Issue 21: bad input never corrupts memory, hangs or crashes.
 
 TEST_CASE("JSON nested deeper than 64 levels is refused before a value is built, naming json", "[config]") {

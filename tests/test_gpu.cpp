@@ -218,22 +218,32 @@ std::vector<Case> sink_cases() {
     return out;
 }
 
-// Softcapping (config.softcap; the cap is a call argument): every forward family (as sink_cases), scores scaled up
-// (N(0, 9)) so a cap of 5 bends most of them and 30 the tails, keyless rows, with a window, with sinks, without LSE,
-// and persistent tiles.
-std::vector<Case> softcap_cases() {
+// A score variant's cases over every forward family (d1, 64, 100, 128, 132, 256; causal and not; Sq < Sk and Sq > Sk;
+// fp16 and bf16; padded layouts; GQA): vary(case, index) sets the variant.
+template <class Vary>
+std::vector<Case> family_cases(Vary vary) {
     std::vector<Case> out;
     int i = 0;
     for (int d : {1, 64, 100, 128, 132, 256})
         for (bool causal : kCausal)
             for (auto [sq, sk] : {std::pair{300, 500}, {500, 300}}) {
-                out.push_back({.d_qk = d, .d_v = d, .dtype = i % 4 == 3 ? Dtype::fp16 : Dtype::bf16, .causal = causal,
-                               .heads_q = 4, .heads_kv = i % 2 ? 2 : 1, .seqlen_q = sq, .seqlen_k = sk,
-                               .layout = i % 4 == 1 ? Layout::padded : Layout::contiguous,
-                               .scale = 3.0 / std::sqrt(double(d)), .dist = Dist::normal,
-                               .softcap = i % 3 == 0 ? 30.f : 5.f});
-                ++i;
+                Case c{.d_qk = d, .d_v = d, .dtype = i % 4 == 3 ? Dtype::fp16 : Dtype::bf16, .causal = causal,
+                       .heads_q = 4, .heads_kv = i % 2 ? 2 : 1, .seqlen_q = sq, .seqlen_k = sk,
+                       .layout = i % 4 == 1 ? Layout::padded : Layout::contiguous};
+                vary(c, i++);
+                out.push_back(c);
             }
+    return out;
+}
+
+// Softcapping (config.softcap; the cap is a call argument): every forward family (as sink_cases), scores scaled up
+// (N(0, 9)) so a cap of 5 bends most of them and 30 the tails, keyless rows, with a window, with sinks, without LSE,
+// and persistent tiles.
+std::vector<Case> softcap_cases() {
+    std::vector<Case> out = family_cases([](Case& c, int i) {
+        c.scale = 3.0 / std::sqrt(double(c.d_qk)), c.dist = Dist::normal;
+        c.softcap = i % 3 == 0 ? 30.f : 5.f;
+    });
     for (bool causal : kCausal) {
         out.push_back({.d_qk = 128, .d_v = 128, .causal = causal, .heads_q = 32, .heads_kv = 8, .batch = 3,
                        .seqlen_q = 1000, .seqlen_k = 1000, .dist = Dist::normal, .softcap = 2.f});
@@ -242,6 +252,24 @@ std::vector<Case> softcap_cases() {
                        .window_right = causal ? -1 : 0, .sinks = true, .softcap = 8.f});
         out.push_back({.d_qk = 80, .d_v = 80, .dtype = Dtype::fp16, .causal = causal, .with_lse = false,
                        .softcap = 0.5f});
+    }
+    return out;
+}
+
+// ALiBi (config.alibi; slopes a call argument, [heads_q] or [batch, heads_q]): every forward family (as sink_cases),
+// bottom-right aligned distances (Sq < Sk and Sq > Sk, keyless rows), with a cap, a window and sinks, without LSE.
+std::vector<Case> alibi_cases() {
+    std::vector<Case> out = family_cases([](Case& c, int i) {
+        c.softcap = i % 5 == 2 ? 5.f : 0.f;
+        c.alibi = i % 3 == 0 ? 2 : 1;
+    });
+    for (bool causal : kCausal) {
+        out.push_back({.d_qk = 128, .d_v = 128, .causal = causal, .heads_q = 32, .heads_kv = 8, .batch = 3,
+                       .seqlen_q = 1000, .seqlen_k = 1000, .alibi = 2});
+        out.push_back({.d_qk = 64, .d_v = 64, .causal = causal, .heads_q = 8, .heads_kv = 1, .seqlen_q = 400,
+                       .seqlen_k = 700, .local = true, .window_left = 128, .window_right = causal ? -1 : 0,
+                       .sinks = true, .alibi = 1});
+        out.push_back({.d_qk = 80, .d_v = 80, .dtype = Dtype::fp16, .causal = causal, .with_lse = false, .alibi = 1});
     }
     return out;
 }
@@ -258,7 +286,8 @@ std::vector<Case> error_cases() {
 
 void warm_all_tables() {
     warm({matrix_cases(), shape_cases(), stride_cases(), split_row_cases(), shift_row_cases(), persistent_cases(),
-          scale_cases(), window_cases(), sink_cases(), softcap_cases(), graph_cases(), error_cases()});
+          scale_cases(), window_cases(), sink_cases(), softcap_cases(), alibi_cases(), graph_cases(),
+          error_cases()});
 }
 
 }  // namespace
@@ -319,6 +348,12 @@ TEST_CASE("attention sinks: every forward family's epilogue, keyless rows, windo
     SKIP_WITHOUT_GPU();
     warm_all_tables();
     run_table("sinks", sink_cases());
+}
+
+TEST_CASE("ALiBi: every forward family, slopes per head or per sequence, with caps, windows and sinks",
+          "[gpu][alibi]") {
+    SKIP_WITHOUT_GPU();
+    run_table("alibi", alibi_cases());
 }
 
 TEST_CASE("softcapping: every forward family, caps that bend most scores and only the tails, with windows and sinks",

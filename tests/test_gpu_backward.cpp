@@ -113,6 +113,7 @@ GradOutcome run_backward(const Case& c, bool deterministic, bool graph = false, 
     driver::DeviceBuffer dsinks((std::size_t(c.heads_q) + kGuard) * 4);
     if (c.sinks) a.sinks = fa.sinks, a.dsinks = static_cast<float*>(dsinks.get());
     a.softcap = fa.softcap;
+    a.alibi_slopes = fa.alibi_slopes, a.alibi_slopes_batch_stride = fa.alibi_slopes_batch_stride;
     // A gradient into LSE (a loss that uses the returned LSE): random per row, float32.
     std::vector<float> dlse_host(with_dlse ? std::size_t(c.batch) * c.heads_q * c.seqlen_q : 0);
     for (std::size_t i = 0; i < dlse_host.size(); ++i) dlse_host[i] = u(rng);
@@ -232,6 +233,27 @@ void run_backward_table(const char* name, const std::vector<Case>& cases, bool d
     if (worst_sinks.first > 0)
         fmt::print("{}: worst dsinks error {:.2e}, {:.2f}x its bound from the forward's O ({})\n", name,
                    worst_sinks.first, worst_sinks.second, worst_sinks_case);
+}
+
+// A score variant's table over every family: d1 (the mma.sync kernel), 64 (the warp-specialized kernel's 128-query
+// steps), 100 (bwd_sm90 or mma.sync), 128 (64-query steps), 132 (shifted rows), 192 (the wide form), 256 (the split by
+// GEMM), causal and not (Sq > Sk: keyless rows; Sq < Sk), fp16 and bf16, GQA; vary(case, index) sets the variant.
+template <class Vary>
+std::vector<Case> family_cases(Vary vary) {
+    std::vector<Case> cases;
+    int i = 0;
+    for (int d : {1, 64, 100, 128, 132, 192, 256})
+        for (bool causal : {false, true}) {
+            Case c;
+            c.d_qk = c.d_v = d;
+            c.causal = causal;
+            c.dtype = i % 3 ? Dtype::bf16 : Dtype::fp16;
+            c.heads_q = 4, c.heads_kv = i % 2 ? 2 : 1;
+            c.seqlen_q = causal ? 500 : 300, c.seqlen_k = causal ? 300 : 500;
+            vary(c, i++);
+            cases.push_back(c);
+        }
+    return cases;
 }
 
 }  // namespace
@@ -407,22 +429,12 @@ TEST_CASE("backward: softcapping, every family", "[gpu][bwd][softcap]") {
     // kernel's 128-query steps, d128 its 64-query ones, d132 shifted rows, d192 the wide form, d256 the split by GEMM
     // (P^T times the cap's slope handed over), d100 bwd_sm90; d1 the mma.sync kernel (every head dim with
     // RTATTN_TEST_ARCH=sm_90).
-    std::vector<Case> cases;
-    int i = 0;
-    for (int d : {1, 64, 100, 128, 132, 192, 256})
-        for (bool causal : {false, true}) {
-            Case c;
-            c.d_qk = c.d_v = d;
-            c.causal = causal;
-            c.dtype = i % 3 ? Dtype::bf16 : Dtype::fp16;
-            c.heads_q = 4, c.heads_kv = i % 2 ? 2 : 1;
-            c.seqlen_q = causal ? 500 : 300, c.seqlen_k = causal ? 300 : 500;
-            // (d1's scores are single products, heavy-tailed: at 3x, bf16's rounding of its near one-hot rows took dQ
-            // to 1.2e-2 against the float64 reference, as it would without the cap.)
-            c.scale = (d == 1 ? 1.5 : 3.0) / std::sqrt(double(d)), c.dist = Dist::normal;
-            c.softcap = i++ % 3 == 1 ? 30.f : 5.f;
-            cases.push_back(c);
-        }
+    std::vector<Case> cases = family_cases([](Case& c, int i) {
+        // (d1's scores are single products, heavy-tailed: at 3x, bf16's rounding of its near one-hot rows took dQ to
+        // 1.2e-2 against the float64 reference, as it would without the cap.)
+        c.scale = (c.d_qk == 1 ? 1.5 : 3.0) / std::sqrt(double(c.d_qk)), c.dist = Dist::normal;
+        c.softcap = i % 3 == 1 ? 30.f : 5.f;
+    });
     Case mixed;  // a window and sinks with the cap; GQA 8:1
     mixed.d_qk = mixed.d_v = 128, mixed.heads_q = 8, mixed.heads_kv = 1, mixed.causal = true;
     mixed.local = true, mixed.window_left = 100, mixed.window_right = 0, mixed.sinks = true;
@@ -432,6 +444,25 @@ TEST_CASE("backward: softcapping, every family", "[gpu][bwd][softcap]") {
     std::vector<Case> more = {cases[3], cases[7], cases[11]};  // d64, d128 causal, d192 causal
     run_backward_table("backward softcap with dLSE", more, false, /*with_dlse=*/true);
     run_backward_table("backward softcap deterministic", more, /*deterministic=*/true);
+}
+
+TEST_CASE("backward: ALiBi, every family", "[gpu][bwd][alibi]") {
+    SKIP_WITHOUT_GPU();
+    // Slopes per head (one row) or per sequence and head (padded rows), 2^-8 .. 2^-1; with a cap (the slope of the
+    // capped part only), a window and sinks, dLSE, deterministic. Families as the softcap table's.
+    std::vector<Case> cases = family_cases([](Case& c, int i) {
+        c.alibi = i % 2 ? 2 : 1;
+        c.softcap = i % 4 == 3 ? 5.f : 0.f;
+    });
+    Case mixed;
+    mixed.d_qk = mixed.d_v = 128, mixed.heads_q = 8, mixed.heads_kv = 1, mixed.causal = true, mixed.alibi = 2;
+    mixed.local = true, mixed.window_left = 100, mixed.window_right = 0, mixed.sinks = true;
+    mixed.seqlen_q = mixed.seqlen_k = 400;
+    cases.push_back(mixed);
+    run_backward_table("backward alibi", cases);
+    std::vector<Case> more = {cases[3], cases[7], cases[11]};
+    run_backward_table("backward alibi with dLSE", more, false, /*with_dlse=*/true);
+    run_backward_table("backward alibi deterministic", more, /*deterministic=*/true);
 }
 
 TEST_CASE("backward: a CUDA graph of forward + backward replays", "[gpu][bwd]") {

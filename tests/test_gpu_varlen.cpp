@@ -34,6 +34,7 @@ struct VarlenCase {
     int window_left = -1, window_right = -1;
     bool sinks = false;  // config.sinks: each query head's sink logit, drawn with the inputs; dsinks checked
     float softcap = 0;   // > 0: config.softcap and the calls' cap
+    bool alibi = false;  // config.alibi: a row of slopes per sequence, drawn with the inputs
 
     int batch() const { return int(lens_q.size()); }
     int total(const std::vector<int>& l) const { return std::accumulate(l.begin(), l.end(), 0); }
@@ -50,6 +51,7 @@ struct VarlenCase {
         c.local = local;
         c.sinks = sinks;
         c.softcap = softcap > 0;
+        c.alibi = alibi;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -64,7 +66,8 @@ struct VarlenCase {
                            causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
                            extra_max, deterministic ? " deterministic" : "",
                            local ? fmt::format(" window({},{})", window_left, window_right) : "",
-                           sinks ? " sinks" : "", softcap > 0 ? fmt::format(" softcap={}", softcap) : "");
+                           sinks ? " sinks" : "", softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
+               (alibi ? " alibi" : "");
     }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
@@ -145,7 +148,8 @@ Offsets offsets(const VarlenCase& c) {
 
 // Sequence b as a reference problem (batch 1) over the packed host tensors.
 test::ReferenceProblem sequence(const VarlenCase& c, const Offsets& off, int b, const Packed& q, const Packed& k,
-                                const Packed& v, const std::vector<float>& sinks = {}) {
+                                const Packed& v, const std::vector<float>& sinks = {},
+                                const std::vector<float>& alibi = {}) {
     test::ReferenceProblem r;
     r.dtype = c.dtype, r.batch = 1, r.seqlen_q = c.lens_q[b], r.seqlen_k = c.lens_k[b];
     r.heads_q = c.heads_q, r.heads_kv = c.heads_kv, r.head_dim_qk = c.d_qk, r.head_dim_v = c.d_v;
@@ -153,6 +157,7 @@ test::ReferenceProblem sequence(const VarlenCase& c, const Offsets& off, int b, 
     r.window_left = c.window_left, r.window_right = c.window_right;
     r.sinks.assign(sinks.begin(), sinks.end());
     r.softcap = c.softcap;
+    if (!alibi.empty()) r.alibi.assign(alibi.begin() + std::size_t(b) * c.heads_q, alibi.begin() + (b + 1) * c.heads_q);
     r.q = q.view(off.q[b]), r.k = k.view(off.k[b]), r.v = v.view(off.k[b]);
     return r;
 }
@@ -176,6 +181,11 @@ void run_case(const VarlenCase& c) {
     for (int h = 0; c.sinks && h < c.heads_q; ++h) sinks.push_back(sink(rng));
     driver::DeviceBuffer sinks_dev(std::max<std::size_t>(sinks.size(), 1) * 4);
     if (c.sinks) sinks_dev.upload(sinks.data(), sinks.size() * 4);
+    std::vector<float> alibi;  // [batch, heads_q]
+    std::uniform_real_distribution<float> log2_slope(-8.f, -1.f);
+    for (int i = 0; c.alibi && i < c.batch() * c.heads_q; ++i) alibi.push_back(std::exp2(log2_slope(rng)));
+    driver::DeviceBuffer alibi_dev(std::max<std::size_t>(alibi.size(), 1) * 4);
+    if (c.alibi) alibi_dev.upload(alibi.data(), alibi.size() * 4);
 
     ForwardArgs a;
     a.q = q.arg(), a.k = k.arg(), a.v = v.arg(), a.o = o.arg();
@@ -188,6 +198,7 @@ void run_case(const VarlenCase& c) {
     a.window_size_left = c.window_left, a.window_size_right = c.window_right;
     if (c.sinks) a.sinks = static_cast<const float*>(sinks_dev.get());
     a.softcap = c.softcap;
+    if (c.alibi) a.alibi_slopes = static_cast<const float*>(alibi_dev.get()), a.alibi_slopes_batch_stride = c.heads_q;
     sync_legacy_stream();
     fwd.forward(a);
     sync_legacy_stream();
@@ -200,7 +211,7 @@ void run_case(const VarlenCase& c) {
     std::size_t lse_bad = 0;
     std::vector<test::ReferenceProblem> seqs;
     for (int b = 0; b < c.batch(); ++b) {
-        seqs.push_back(sequence(c, off, b, q, k, v, sinks));
+        seqs.push_back(sequence(c, off, b, q, k, v, sinks, alibi));
         if (c.lens_q[b] == 0) continue;
         test::ReferenceResult r;
         if (c.lens_k[b] > 0 || c.sinks) {
@@ -250,6 +261,7 @@ void run_case(const VarlenCase& c) {
     b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = tq, b.total_k = tk;
     b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
     b.softcap = a.softcap;
+    b.alibi_slopes = a.alibi_slopes, b.alibi_slopes_batch_stride = a.alibi_slopes_batch_stride;
     std::vector<float> dsinks(std::size_t(c.heads_q) + kGuard);
     driver::DeviceBuffer dsinks_dev(dsinks.size() * 4);
     if (c.sinks) b.sinks = a.sinks, b.dsinks = static_cast<float*>(dsinks_dev.get());
@@ -400,6 +412,21 @@ TEST_CASE("varlen: softcapping per sequence, forward and backward", "[gpu][varle
         c.deterministic = d == 256;
         c.sinks = d == 64;
         if (d == 132) c.local = true, c.window_left = 40, c.window_right = c.causal ? -1 : 5;
+        run_case(c);
+    }
+}
+
+TEST_CASE("varlen: ALiBi with a row of slopes per sequence, forward and backward", "[gpu][varlen][alibi]") {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 rng(41);
+    int i = 0;
+    for (int d : {64, 128, 132, 256}) {
+        VarlenCase c = ragged_case(d, i++, rng);
+        c.alibi = true;
+        c.softcap = d == 132 ? 2.f : 0.f;
+        c.sinks = d == 64;
+        if (d == 128) c.local = true, c.window_left = 40, c.window_right = c.causal ? -1 : 5;
+        c.deterministic = d == 256;
         run_case(c);
     }
 }

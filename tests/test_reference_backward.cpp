@@ -255,3 +255,30 @@ TEST_CASE("backward reference with softcapping matches finite differences", "[re
     rp.seqlen_q = 3, rp.seqlen_k = 4, rp.scale = 2.0, rp.softcap = 0.7;
     forward_references_agree(rp);
 }
+
+TEST_CASE("backward reference with ALiBi matches finite differences", "[reference][alibi]") {
+    // Slopes per (sequence, head), with a cap (the cap's slope is of the capped part only: the bias is a constant),
+    // causal and not, Sq != Sk (bottom-right distances); the forward references agree on the biased scores.
+    unsigned seed = 31;
+    for (const bool causal : {false, true})
+        for (const double cap : {0.0, 1.5}) {
+            INFO((causal ? "causal" : "full") << " cap " << cap);
+            DenseProblem p = random_problem(4, 5, 4, 2, 3, 2, causal, seed++);
+            p.softcap = cap;
+            for (int i = 0; i < p.batch * p.heads_q; ++i) p.alibi.push_back(0.25 + 0.5 * i);
+            const auto g = test::dense_backward(p, 2);
+            CHECK(fd_error(p, &DenseProblem::q, g.dq) < 1e-6);
+            CHECK(fd_error(p, &DenseProblem::k, g.dk) < 1e-6);
+            CHECK(fd_error(p, &DenseProblem::v, g.dv) < 1e-6);
+            DenseProblem plain = p;  // the bias moves the gradients
+            plain.alibi.clear();
+            CHECK(test::dense_backward(plain, 2).dq != g.dq);
+        }
+    test::ReferenceProblem rp;
+    rp.seqlen_q = 3, rp.seqlen_k = 4, rp.scale = 2.0, rp.softcap = 0.7, rp.alibi = {0.5, 0.125};
+    const test::ReferenceResult r = forward_references_agree(rp);
+    // Key j of row i (diagonal i + 1) weighs exp(-slope * |j - i - 1|) less than without the bias: the LSE falls.
+    rp.alibi.clear();
+    const test::ReferenceResult plain = forward_references_agree(rp);
+    CHECK(r.lse[r.lse_index(0, 0, 0)] < plain.lse[plain.lse_index(0, 0, 0)]);
+}

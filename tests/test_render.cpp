@@ -85,6 +85,21 @@ TEST_CASE("softcap: one trait and the program name of every pass", "[render][sof
     }
 }
 
+TEST_CASE("alibi: one trait and the program name of the prefill and backward passes", "[render][alibi]") {
+    for (bool alibi : {false, true})
+        for (const char* arch : {"sm_90a", "sm_80"}) {
+            CAPTURE(alibi, arch);
+            AttentionConfig c;
+            c.head_dim_qk = 128, c.causal = true, c.alibi = alibi, c.arch = arch;
+            const auto fwd = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+            const auto bwd = rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
+            for (const auto* r : {&fwd, &bwd}) {
+                CHECK(r->stub.find(std::string("kAlibi = ") + (alibi ? "true;" : "false;")) != std::string::npos);
+                CHECK((r->name.find("_alibi_") != std::string::npos) == alibi);
+            }
+        }
+}
+
 TEST_CASE("the mask is stated once: traits, program name and plan words of every pass", "[render][local]") {
     for (bool causal : {false, true})
         for (bool local : {false, true}) {

@@ -33,6 +33,7 @@ struct AttentionConfig {
     bool local = false;                 // a sliding window, its bounds per call (window_size_left/right)
     bool sinks = false;                 // a learned per-head logit in every softmax denominator (call's sinks)
     bool softcap = false;               // scores softcap * tanh(score / softcap), the cap per call
+    bool alibi = false;                 // scores minus slope * |i + Sk - Sq - j|, the slopes per call
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const { return softmax_scale.value_or(1.0 / std::sqrt(double(head_dim_qk))); }

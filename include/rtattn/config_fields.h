@@ -28,6 +28,7 @@
     X(varlen, FLAG)                 \
     X(local, FLAG)                  \
     X(sinks, FLAG)                  \
-    X(softcap, FLAG)
+    X(softcap, FLAG)                \
+    X(alibi, FLAG)
 
 #endif

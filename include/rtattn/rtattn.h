@@ -99,6 +99,10 @@ typedef struct rtattn_config {
     int32_t softcap;           /* 0 or 1: logit softcapping (Gemma 2): each scaled score s becomes cap * tanh(s / cap)
                                 * before the softmax, cap the call's softcap (> 0). Every pass (prefill, varlen,
                                 * paged prefill, decode, and the backward with the forward's cap) */
+    int32_t alibi;             /* 0 or 1: ALiBi (MPT, BLOOM, Falcon): each scaled score of query i and key j loses
+                                * slope * |i + seqlen_k - seqlen_q - j| (after the cap), slope the call's
+                                * alibi_slopes per query head (and batch). Prefill, varlen, paged prefill, backward;
+                                * decode configs refuse it for now */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */
@@ -237,6 +241,12 @@ typedef struct rtattn_forward_args {
     /* Softcap configs (config.softcap) only, and required there: the cap, a finite float > 0 (Gemma 2: 50 for
      * attention). 0 for any other kernel (a zeroed struct). */
     float softcap;
+    /* ALiBi configs (config.alibi) only, and required there: device float32 slopes, 4-byte aligned, [heads_q]
+     * (alibi_slopes_batch_stride 0: every sequence alike) or [batch, heads_q] rows alibi_slopes_batch_stride
+     * (>= heads_q) elements apart; the score of query i and key j loses slope * |i + seqlen_k - seqlen_q - j|
+     * (FlashAttention's alibi_slopes). NULL and 0 for any other kernel. */
+    const float* alibi_slopes;
+    int64_t alibi_slopes_batch_stride;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);
@@ -318,6 +328,9 @@ typedef struct rtattn_backward_args {
     float* dsinks;
     /* Softcap configs: the forward's cap (required, > 0). 0 for any other kernel. */
     float softcap;
+    /* ALiBi configs: the forward's slopes (required) and their batch stride, as rtattn_forward_args's. */
+    const float* alibi_slopes;
+    int64_t alibi_slopes_batch_stride;
 } rtattn_backward_args;
 
 RTATTN_API void rtattn_backward_args_init(rtattn_backward_args* args);

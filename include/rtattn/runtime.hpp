@@ -57,6 +57,7 @@ public:
         a.has_window = 1, a.window_size_left = args.window_size_left, a.window_size_right = args.window_size_right;
         a.sinks = args.sinks;
         a.softcap = args.softcap;
+        a.alibi_slopes = args.alibi_slopes, a.alibi_slopes_batch_stride = args.alibi_slopes_batch_stride;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
     // Merges two attention states of this kernel's dtype and d_v (see MergeArgs) on `stream`: cascade attention's
@@ -131,6 +132,7 @@ public:
         a.has_window = 1, a.window_size_left = args.window_size_left, a.window_size_right = args.window_size_right;
         a.sinks = args.sinks, a.dsinks = args.dsinks;
         a.softcap = args.softcap;
+        a.alibi_slopes = args.alibi_slopes, a.alibi_slopes_batch_stride = args.alibi_slopes_batch_stride;
         detail::check(rtattn_kernel_backward(handle_checked(), &a, stream));
     }
     const AttentionConfig& config() const { return state().config; }  // arch resolved

@@ -116,6 +116,12 @@ struct ForwardArgs {
     // before the softmax; finite and > 0. 0 for any other kernel.
     float softcap = 0;
 
+    // ALiBi configs (config.alibi) only, and required there: device float32 slopes, [heads_q] (batch stride 0: every
+    // sequence alike) or [batch, heads_q] rows alibi_slopes_batch_stride (>= heads_q) elements apart; the score of
+    // query i and key j loses slope * |i + seqlen_k - seqlen_q - j| (FlashAttention's alibi_slopes). Null otherwise.
+    const float* alibi_slopes = nullptr;
+    std::int64_t alibi_slopes_batch_stride = 0;
+
     // A packed [total, heads, dim] tensor with contiguous rows, for varlen configs.
     static TensorArg packed(const void* ptr, int heads, int dim) {
         return TensorArg{ptr, 0, std::int64_t(heads) * dim, dim};
@@ -168,6 +174,9 @@ struct BackwardArgs {
     const float* sinks = nullptr;
     float* dsinks = nullptr;
     float softcap = 0;  // softcap configs: the forward's cap (required, > 0); 0 for any other kernel
+    // ALiBi configs: the forward's slopes (required) and their batch stride, as ForwardArgs.
+    const float* alibi_slopes = nullptr;
+    std::int64_t alibi_slopes_batch_stride = 0;
 };
 
 // What the planner chose, for `rtattn info` and logging.

@@ -41,19 +41,19 @@ def _load_torch_ops():
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                      softmax_scale=None, return_lse=False, deterministic=False, window_size=(-1, -1), sinks=None,
-                     softcap=0.0):
+                     softcap=0.0, alibi_slopes=None):
     """Attention over packed sequences [total, heads, head_dim] with cu_seqlens (flash_attn_varlen_func),
     differentiable (see rtattn._serving.attention_varlen); needs torch."""
     _load_torch_ops()
     return _serving_ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                          causal=causal, softmax_scale=softmax_scale, return_lse=return_lse,
                                          deterministic=deterministic, window_size=window_size, sinks=sinks,
-                                         softcap=softcap)
+                                         softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, num_splits=0, max_seqlen_k=None, return_lse=False,
-                           window_size=(-1, -1), sinks=None, softcap=0.0):
+                           window_size=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None):
     """Decode against a dense or paged KV cache (flash_attn_with_kvcache without the append; see
     rtattn._serving.attention_with_kvcache); needs torch."""
     _load_torch_ops()
@@ -61,7 +61,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                                                block_table=block_table, causal=causal, softmax_scale=softmax_scale,
                                                num_splits=num_splits, max_seqlen_k=max_seqlen_k,
                                                return_lse=return_lse, window_size=window_size, sinks=sinks,
-                                               softcap=softcap)
+                                               softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def merge_states(o_a, lse_a, o_b, lse_b):
@@ -72,12 +72,12 @@ def merge_states(o_a, lse_a, o_b, lse_b):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, deterministic=False, window_size=(-1, -1),
-              sinks=None, softcap=0.0):
+              sinks=None, softcap=0.0, alibi_slopes=None):
     """Scaled dot-product attention on torch CUDA tensors [batch, seqlen, heads, head_dim], differentiable (see
     rtattn._torch.attention); needs torch."""
     return _load_torch_ops().attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse,
                                        deterministic=deterministic, window_size=window_size, sinks=sinks,
-                                       softcap=softcap)
+                                       softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 # A program that imported torch first gets torch.ops.rtattn.attention registered now, so torch.compile and CUDA

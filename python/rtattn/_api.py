@@ -114,6 +114,7 @@ class AttentionConfig:
     local: bool = False                    # a sliding window, its bounds per call (window_size_left/right)
     sinks: bool = False                    # a per-head logit in every softmax denominator (the call's sinks)
     softcap: bool = False                  # scores capped as cap * tanh(s / cap), the cap per call; every pass
+    alibi: bool = False                    # ALiBi: scores lose slope * |distance|, the slopes per call; no decode
 
     def _to_c(self) -> "_lib.Config":
         c = _lib.Config()
@@ -121,7 +122,8 @@ class AttentionConfig:
         dtype = ctypes.c_int32(0)
         _check(lib.rtattn_dtype_from_string(cstring("dtype", self.dtype, ConfigError), ctypes.byref(dtype)))
         flags = {name: int(boolean(name, getattr(self, name), ConfigError))
-                 for name in ("causal", "decode", "paged_kv", "varlen", "local", "sinks", "softcap")}
+                 for name in ("causal", "decode", "paged_kv", "varlen", "local", "sinks", "softcap",
+                              "alibi")}
         kv = self.num_heads_q if self.num_heads_kv is None else self.num_heads_kv
         fill(c, ConfigError, head_dim_qk=self.head_dim_qk, dtype=dtype.value, num_heads_q=self.num_heads_q,
              num_heads_kv=kv, arch="" if self.arch is None else self.arch, **flags)
@@ -139,7 +141,7 @@ class AttentionConfig:
                                softmax_scale=c.softmax_scale if c.has_softmax_scale else None,
                                arch=_s(c.arch), decode=bool(c.decode), paged_kv=bool(c.paged_kv),
                                varlen=bool(c.varlen), local=bool(c.local), sinks=bool(c.sinks),
-                               softcap=bool(c.softcap))
+                               softcap=bool(c.softcap), alibi=bool(c.alibi))
 
     def validate(self) -> None:
         """Raises ConfigError naming the first bad field and its allowed range."""

@@ -27,7 +27,7 @@ class Config(ctypes.Structure):
                 ("dtype", _i32), ("causal", _i32), ("num_heads_q", _i32), ("num_heads_kv", _i32),
                 ("has_softmax_scale", _i32), ("softmax_scale", _f64), ("arch", _str), ("decode", _i32),
                 ("paged_kv", _i32), ("varlen", _i32), ("local", _i32),
-                ("sinks", _i32), ("softcap", _i32)]
+                ("sinks", _i32), ("softcap", _i32), ("alibi", _i32)]
 
 
 LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, _i32, _str)
@@ -65,7 +65,8 @@ class ForwardArgs(ctypes.Structure):
                 ("workspace_bytes", _size), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
                 ("total_q", _i32), ("total_k", _i32), ("num_pages", _i32),
                 ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32),
-                ("sinks", ctypes.c_void_p), ("softcap", ctypes.c_float)]
+                ("sinks", ctypes.c_void_p), ("softcap", ctypes.c_float),
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_slopes_batch_stride", _i64)]
 
 
 class BackwardArgs(ctypes.Structure):
@@ -76,7 +77,8 @@ class BackwardArgs(ctypes.Structure):
                 ("workspace_bytes", _size), ("deterministic", _i32), ("cu_seqlens_q", ctypes.c_void_p),
                 ("cu_seqlens_k", ctypes.c_void_p), ("total_q", _i32), ("total_k", _i32),
                 ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32),
-                ("sinks", ctypes.c_void_p), ("dsinks", ctypes.c_void_p), ("softcap", ctypes.c_float)]
+                ("sinks", ctypes.c_void_p), ("dsinks", ctypes.c_void_p), ("softcap", ctypes.c_float),
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_slopes_batch_stride", _i64)]
 
 
 class MergeArgs(ctypes.Structure):

@@ -16,9 +16,10 @@ import torch
 from . import _lib
 from ._api import MAX_SPLITS, ArgumentError
 from ._convert import INT32_MAX, boolean, fill, integer
-from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _bwd_sinks_args, _cached, _check_scale, _check_sinks,
-                     _check_softcap, _dsinks_out, _keyless_dsinks, _keyless_lse, _local, _raw_stream, _sinks_args,
-                     _sinks_f32, _sinks_flag, _softcap_args, _softcap_flag, _tensor, _window, _window_args)
+from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _alibi_args, _alibi_flag, _bwd_sinks_args, _cached,
+                     _check_alibi, _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks,
+                     _keyless_lse, _local, _raw_stream, _sinks_args, _sinks_f32, _sinks_flag, _softcap_args,
+                     _softcap_flag, _tensor, _window, _window_args)
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 _DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
@@ -93,7 +94,8 @@ def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
                 cu_seqlens_k=cu_k.data_ptr(), total_q=q.shape[0], total_k=k.shape[0])
 
 
-def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
+def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0,
+                alibi_slopes=None):
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
@@ -104,10 +106,11 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1
         return o.zero_(), _keyless_lse(lse, sinks, (hq, 1))
     sinks = _sinks_f32(sinks)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
-                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
+                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) +
+                     _alibi_flag(alibi_slopes))
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), lse.data_ptr()),
                 ArgumentError, **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
-                **_sinks_args(sinks), **_softcap_args(softcap))
+                **_sinks_args(sinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -117,21 +120,23 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
                window_right: int = -1, sinks: Optional[torch.Tensor] = None,
-               softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+               softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1, q.shape[1])
     return _on_device(q, _varlen_run, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                      softmax_scale, (window_left, window_right), sinks, _check_softcap(softcap))
+                      softmax_scale, (window_left, window_right), sinks, _check_softcap(softcap), alibi_slopes)
 
 
 @_varlen_op.register_fake
 def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                 deterministic, window_left=-1, window_right=-1, sinks=None, softcap=0.0):
+                 deterministic, window_left=-1, window_right=-1, sinks=None, softcap=0.0, alibi_slopes=None):
     _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1, q.shape[1])
     return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
             q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32))
 
 
 def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, causal, scale, deterministic,
-                         window=(-1, -1), sinks=None, want_dsinks=False, softcap=0.0):
+                         window=(-1, -1), sinks=None, want_dsinks=False, softcap=0.0, alibi_slopes=None):
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     dq, dk, dvv = torch.empty_like(q, memory_format=torch.contiguous_format), torch.empty(
@@ -142,7 +147,8 @@ def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, 
         return dq.zero_(), dk.zero_(), dvv.zero_(), _keyless_dsinks(dsinks, dlse if max_q else None, (1,))
     sinks = _sinks_f32(sinks)
     kernel = _cached("get_backward", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
-                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
+                     ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) +
+                     _alibi_flag(alibi_slopes))
     batch = cu_q.shape[0] - 1
     workspace = torch.empty(kernel.workspace_bytes(batch, max_q, max_k), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), _packed(dout),
@@ -150,7 +156,7 @@ def _varlen_backward_run(dout, q, k, v, o, lse, dlse, cu_q, cu_k, max_q, max_k, 
                                   _packed(dk), _packed(dvv)), ArgumentError, workspace=workspace.data_ptr(),
                 workspace_bytes=workspace.numel(), deterministic=int(deterministic),
                 **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
-                **_bwd_sinks_args(sinks, dsinks), **_softcap_args(softcap))
+                **_bwd_sinks_args(sinks, dsinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv, dsinks
 
@@ -161,40 +167,44 @@ def _varlen_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                         softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
                         window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False,
-                        softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    # The fourth output, dsinks, and softcap (the forward's cap), as rtattn::attention_backward's.
+                        softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # The fourth output, dsinks, softcap and alibi_slopes (the forward's), as rtattn::attention_backward's.
     softcap = _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1, q.shape[1])
     if dout.stride(-1) != 1 and dout.shape[-1] > 1:
         dout = dout.contiguous()
     if dlse is not None:
         dlse = dlse.float().contiguous()
     return _on_device(q, _varlen_backward_run, dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k,
                       max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, (window_left, window_right),
-                      sinks, want_dsinks, softcap)
+                      sinks, want_dsinks, softcap, alibi_slopes)
 
 
 @_varlen_backward_op.register_fake
 def _varlen_backward_fake(dout, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None,
-                          want_dsinks=False, softcap=0.0):
+                          want_dsinks=False, softcap=0.0, alibi_slopes=None):
     _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1, q.shape[1])
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             _dsinks_out(sinks, want_dsinks, q.shape[1], q))
 
 
 def _varlen_setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, window_left, window_right, sinks, softcap = inputs
-    ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k, sinks)
+    (q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, deterministic, window_left, window_right, sinks, softcap,
+     alibi_slopes) = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k, sinks, alibi_slopes)
     ctx.sizes = (max_q, max_k, causal, scale, deterministic, window_left, window_right)
     ctx.softcap = softcap
     ctx.set_materialize_grads(False)
 
 
 def _varlen_backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse, cu_q, cu_k, sinks = ctx.saved_tensors
+    q, k, v, o, lse, cu_q, cu_k, sinks, alibi_slopes = ctx.saved_tensors
     none = (None,) * 9
     if grad_o is None and grad_lse is None:
-        return (None, None, None) + none + (None, None)
+        return (None, None, None) + none + (None, None, None)
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     max_q, max_k, causal, scale, deterministic, window_left, window_right = ctx.sizes
@@ -202,9 +212,10 @@ def _varlen_backward(ctx, grad_o, grad_lse):
     dq, dk, dv, dsinks = torch.ops.rtattn.attention_varlen_backward(grad_o, q, k, v, o, lse, grad_lse, cu_q, cu_k,
                                                                     max_q, max_k, causal, scale, deterministic,
                                                                     window_left, window_right, sinks, want_dsinks,
-                                                                    ctx.softcap)
-    # float32 from the kernels; autograd wants the gradient in the dtype of the sinks given.
-    return (dq, dk, dv) + none + (dsinks.to(sinks.dtype) if want_dsinks else None, None)
+                                                                    ctx.softcap, alibi_slopes)
+    # float32 from the kernels; autograd wants the gradient in the dtype of the sinks given. No gradient for the
+    # slopes (constants, as in FlashAttention).
+    return (dq, dk, dv) + none + (dsinks.to(sinks.dtype) if want_dsinks else None, None, None)
 
 
 _varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
@@ -214,7 +225,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
                      window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None,
-                     softcap: float = 0.0):
+                     softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None):
     """Attention over a packed batch of sequences of different lengths (FlashAttention's flash_attn_varlen_func),
     differentiable.
 
@@ -226,16 +237,20 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     device); the kernels clamp them into the tensors, so wrong offsets give wrong rows but no stray memory access.
     window_size = (left, right): a sliding window per sequence, as rtattn.attention's. sinks: [heads_q] attention
     sinks, as rtattn.attention's (differentiable; a sequence without keys gives O = 0, LSE = the sink). softcap:
-    logit softcapping, as rtattn.attention's (differentiable)."""
+    logit softcapping, as rtattn.attention's (differentiable). alibi_slopes: ALiBi, as rtattn.attention's: float32
+    [heads_q] or [batch, heads_q] (batch = the number of sequences), the distance per sequence (bottom-right
+    aligned); no gradient for the slopes."""
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[1])
+    _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1, q.shape[1])
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
     softcap = _check_softcap(softcap)
     o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               causal, softmax_scale, deterministic, *window, sinks, softcap)
+                                               causal, softmax_scale, deterministic, *window, sinks, softcap,
+                                               alibi_slopes)
     return (o, lse) if return_lse else o
 
 
@@ -298,7 +313,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            causal: bool = False, softmax_scale: Optional[float] = None, num_splits: int = 0,
                            max_seqlen_k: Optional[int] = None, return_lse: bool = False,
                            window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None,
-                           softcap: float = 0.0):
+                           softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None):
     """Decode: 1..16 new query tokens per sequence against each sequence's cached keys (FlashAttention's
     flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first). With a
     paged cache, more query tokens run the prefill kernel against the pages (chunked prefill: the queries are the
@@ -315,7 +330,13 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     right): a sliding window, as rtattn.attention's (each query token's own, its diagonal its position among the
     sequence's keys); the split-KV count stays the library's choice for the whole cache, its splits cut the window.
     sinks: [heads_q] attention sinks, as rtattn.attention's (gpt-oss's decode). softcap: logit softcapping, as
-    rtattn.attention's (Gemma 2's decode)."""
+    rtattn.attention's (Gemma 2's decode). alibi_slopes: taken for flash_attn_with_kvcache's signature, refused
+    while the decode kernels have no ALiBi (ArgumentError; give None)."""
+    # Refused first, before any other check: whatever else is wrong, this call could not run.
+    if alibi_slopes is not None:
+        raise ArgumentError("alibi_slopes: the decode kernels have no ALiBi yet; attention_with_kvcache takes "
+                            "alibi_slopes=None only (rtattn.attention and attention_varlen take slopes)",
+                            "alibi_slopes")
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
     if cache_seqlens is not None:

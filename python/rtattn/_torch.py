@@ -183,11 +183,52 @@ def _softcap_args(softcap: float) -> dict:
     return dict(softcap=softcap) if softcap else {}
 
 
+def _check_alibi(alibi_slopes, q, batch: int, heads_q: int) -> None:
+    """alibi_slopes: None, or FlashAttention's ALiBi slopes on q's device: float32 [heads_q] (every sequence alike)
+    or [batch, heads_q], the last dim contiguous. float32 only, as FlashAttention: the slopes are usually computed
+    in float32 (2**(-8 h / heads)), and a 16-bit copy would move every bias far from the model's own."""
+    if alibi_slopes is None:
+        return
+    if not isinstance(alibi_slopes, torch.Tensor):
+        raise ArgumentError(f"alibi_slopes: expected a torch.Tensor of shape ({heads_q},) or ({batch}, {heads_q}) or "
+                            f"None, got {type(alibi_slopes).__name__}", "alibi_slopes")
+    if alibi_slopes.dtype != torch.float32:
+        raise ArgumentError(f"alibi_slopes: dtype {alibi_slopes.dtype}; expected torch.float32 (as FlashAttention's)",
+                            "alibi_slopes")
+    if tuple(alibi_slopes.shape) not in ((heads_q,), (batch, heads_q)):
+        raise ArgumentError(f"alibi_slopes: shape {tuple(alibi_slopes.shape)}; expected ({heads_q},) or "
+                            f"({batch}, {heads_q}), one slope per query head (and sequence)", "alibi_slopes")
+    if alibi_slopes.device != q.device:
+        raise ArgumentError(f"alibi_slopes: is on {alibi_slopes.device}, q on {q.device}", "alibi_slopes")
+    if alibi_slopes.stride(-1) != 1 and heads_q > 1:
+        raise ArgumentError(f"alibi_slopes: the last (heads) dim must be contiguous (stride 1); strides are "
+                            f"{tuple(alibi_slopes.stride())}", "alibi_slopes")
+    # A batch stride of 0 (an expanded [heads_q] row) is every sequence alike, which the library takes; rows that
+    # overlap otherwise are no layout it reads.
+    if alibi_slopes.dim() == 2 and batch > 1 and 0 < alibi_slopes.stride(0) < heads_q:
+        raise ArgumentError(f"alibi_slopes: rows overlap (stride {alibi_slopes.stride(0)} < {heads_q} heads)",
+                            "alibi_slopes")
+
+
+def _alibi_flag(alibi_slopes) -> Tuple[str, ...]:
+    return () if alibi_slopes is None else ("alibi",)
+
+
+def _alibi_args(alibi_slopes) -> dict:
+    """The alibi fields of the forward's and the backward's args: the slopes and their batch stride (0 for [heads_q],
+    and for a batch of one, whose row stride is never stepped over and may be anything); none without slopes."""
+    if alibi_slopes is None:
+        return {}
+    s = alibi_slopes
+    stride = s.stride(0) if s.dim() == 2 and s.shape[0] > 1 else 0
+    return dict(alibi_slopes=s.data_ptr(), alibi_slopes_batch_stride=stride)
+
+
 def _cached(kind: str, device: torch.device, dtype, d: int, dv: int, hq: int, hkv: int, causal: bool,
             scale: Optional[float], flags: Tuple[str, ...] = ()):
     """The runtime's kernel of `kind` ("get" or "get_backward") for this config, made once and kept on the runtime.
     flags: the config's fields set to True besides causal ("varlen", "decode", "paged_kv", "local", "sinks",
-    "softcap")."""
+    "softcap", "alibi")."""
     runtime = _api._default or _api.default_runtime()
     kernels = runtime.__dict__.setdefault("_torch_kernels", {})
     key = (kind, device.index, dtype, d, dv, hq, hkv, causal, scale, flags)
@@ -227,7 +268,8 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
     (lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
-def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None, softcap=0.0):
+def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None, softcap=0.0,
+         alibi_slopes=None):
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -242,42 +284,47 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
         return o, lse
     sinks = _sinks_f32(sinks)
     kernel = _kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale,
-                     _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
+                     _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) + _alibi_flag(alibi_slopes))
     # Sizes through fill(): a stride-0 expand makes a dim of 2**32 + 64 cost no memory, and ctypes would pass it as 64.
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o),
                                  lse.data_ptr() if return_lse else None),
                 ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk, **_window_args(causal, *window),
-                **_sinks_args(sinks), **_softcap_args(softcap))
+                **_sinks_args(sinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
 
 def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None,
-             softcap=0.0):
+             softcap=0.0, alibi_slopes=None):
     _check(q, k, v, causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[2])
     softcap = _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
-            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap)
-    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap)
+            return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap,
+                        alibi_slopes)
+    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap, alibi_slopes)
 
 
 
 @torch.library.custom_op("rtattn::attention", mutates_args=(), device_types="cuda")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: Optional[float],
                   deterministic: bool, window_left: int = -1, window_right: int = -1,
-                  sinks: Optional[torch.Tensor] = None, softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+                  sinks: Optional[torch.Tensor] = None, softcap: float = 0.0,
+                  alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     # The op always returns LSE: its backward needs it. `deterministic` is the backward's, kept for it.
-    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right), sinks, softcap)
+    return _forward(q, k, v, causal, softmax_scale, True, None, (window_left, window_right), sinks, softcap,
+                    alibi_slopes)
 
 
 @_attention_op.register_fake
 def _attention_fake(q, k, v, causal, softmax_scale, deterministic, window_left=-1, window_right=-1, sinks=None,
-                    softcap=0.0):
+                    softcap=0.0, alibi_slopes=None):
     _check(q, k, v, causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[2])
     _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -307,9 +354,9 @@ def _bwd_sinks_args(sinks, dsinks) -> dict:
 
 
 def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window=(-1, -1), sinks=None,
-                  want_dsinks=False, softcap=0.0):
+                  want_dsinks=False, softcap=0.0, alibi_slopes=None):
     """Allocates dQ, dK, dV, dsinks and the workspace (torch's caching allocator) and launches on the current
-    stream. softcap: the forward's cap (its kernel's config and the call's value), 0 for none."""
+    stream. softcap and alibi_slopes: the forward's (its kernel's config and the call's values), 0 / None for none."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
@@ -320,13 +367,15 @@ def _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, determinis
         return dq.zero_(), dk.zero_(), dvv.zero_(), _keyless_dsinks(dsinks, dlse, (0, 2))
     sinks = _sinks_f32(sinks)
     kernel = _backward_kernel(q.device, q.dtype, d, dv, hq, hkv, causal, softmax_scale,
-                              _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap))
+                              _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) +
+                              _alibi_flag(alibi_slopes))
     workspace = torch.empty(kernel.workspace_bytes(b, sq, sk), dtype=torch.uint8, device=q.device)
     args = fill(_lib.BackwardArgs(_BWD_ARGS_SIZE, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(dout),
                                   lse.data_ptr(), dlse.data_ptr() if dlse is not None else None, _tensor(dq),
                                   _tensor(dk), _tensor(dvv)), ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk,
                 workspace=workspace.data_ptr(), workspace_bytes=workspace.numel(), deterministic=int(deterministic),
-                **_window_args(causal, *window), **_bwd_sinks_args(sinks, dsinks), **_softcap_args(softcap))
+                **_window_args(causal, *window), **_bwd_sinks_args(sinks, dsinks), **_softcap_args(softcap),
+                **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     return dq, dk, dvv, dsinks
 
@@ -343,11 +392,14 @@ def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                            lse: torch.Tensor, dlse: Optional[torch.Tensor], causal: bool,
                            softmax_scale: Optional[float], deterministic: bool, window_left: int = -1,
                            window_right: int = -1, sinks: Optional[torch.Tensor] = None, want_dsinks: bool = False,
-                           softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                           softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None
+                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # The fourth output, dsinks, is float32 [heads_q] given sinks and want_dsinks, else empty: an op's outputs are
     # fixed in number, and skipping the sinks' reduction is worth a flag where autograd needs no dsinks. softcap: the
     # forward's cap (0: none); the kernels recompute the capped scores and their slope from it, so it must be the same.
+    # alibi_slopes: the forward's, for the same reason (the kernels recompute the biased scores).
     softcap = _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     dout, dlse = _unit_last("dout", dout), _unit_last("dlse", dlse)
     if dlse is not None and dlse.dtype != torch.float32:
         dlse = dlse.float()
@@ -355,23 +407,24 @@ def _attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     if q.device.index != torch.cuda.current_device():
         with torch.cuda.device(q.device):
             return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window, sinks,
-                                 want_dsinks, softcap)
+                                 want_dsinks, softcap, alibi_slopes)
     return _run_backward(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window, sinks,
-                         want_dsinks, softcap)
+                         want_dsinks, softcap, alibi_slopes)
 
 
 @_attention_backward_op.register_fake
 def _attention_backward_fake(dout, q, k, v, o, lse, dlse, causal, softmax_scale, deterministic, window_left=-1,
-                             window_right=-1, sinks=None, want_dsinks=False, softcap=0.0):
+                             window_right=-1, sinks=None, want_dsinks=False, softcap=0.0, alibi_slopes=None):
     _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             _dsinks_out(sinks, want_dsinks, q.shape[2], q))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, window_left, window_right, sinks, softcap = inputs
+    q, k, v, causal, softmax_scale, deterministic, window_left, window_right, sinks, softcap, alibi_slopes = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, sinks)
+    ctx.save_for_backward(q, k, v, o, lse, sinks, alibi_slopes)
     ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
     ctx.window = (window_left, window_right)
     ctx.softcap = softcap
@@ -379,17 +432,18 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad_o, grad_lse):
-    q, k, v, o, lse, sinks = ctx.saved_tensors
+    q, k, v, o, lse, sinks, alibi_slopes = ctx.saved_tensors
     if grad_o is None and grad_lse is None:
-        return (None,) * 10
+        return (None,) * 11
     if grad_o is None:
         grad_o = torch.zeros_like(o)
     want_dsinks = sinks is not None and ctx.needs_input_grad[8]
     dq, dk, dv, dsinks = torch.ops.rtattn.attention_backward(grad_o, q, k, v, o, lse, grad_lse, ctx.causal,
                                                              ctx.softmax_scale, ctx.deterministic, *ctx.window,
-                                                             sinks, want_dsinks, ctx.softcap)
-    # Computed in float32; returned in the dtype of the sinks given, as autograd wants a leaf's gradient.
-    return (dq, dk, dv) + (None,) * 5 + (dsinks.to(sinks.dtype) if want_dsinks else None, None)
+                                                             sinks, want_dsinks, ctx.softcap, alibi_slopes)
+    # Computed in float32; returned in the dtype of the sinks given, as autograd wants a leaf's gradient. The slopes
+    # get none: they are constants of the model, as in FlashAttention.
+    return (dq, dk, dv) + (None,) * 5 + (dsinks.to(sinks.dtype) if want_dsinks else None, None, None)
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -405,7 +459,7 @@ except ImportError:
     _forward_ad = None
 
 
-def _plain_eager(q, k, v, sinks=None) -> bool:
+def _plain_eager(q, k, v, sinks=None, alibi_slopes=None) -> bool:
     """True when nothing but the result is wanted: not tracing (dynamo, export), plain CUDA tensors (no fake or other
     subclass), no autograd graph to record, no forward-mode AD, no functorch transform, no dispatch mode."""
     if torch.compiler.is_compiling() or not (type(q) is torch.Tensor and type(k) is torch.Tensor and
@@ -415,17 +469,20 @@ def _plain_eager(q, k, v, sinks=None) -> bool:
         return False
     if sinks is not None and (type(sinks) is not torch.Tensor or (torch.is_grad_enabled() and sinks.requires_grad)):
         return False
+    # The slopes get no gradient, so only a fake or subclass tensor needs the op.
+    if alibi_slopes is not None and type(alibi_slopes) is not torch.Tensor:
+        return False
     if _transforms_active is None or _transforms_active() or _dispatch_modes is None or _dispatch_modes() > 0:
         return False
     return _forward_ad is not None and getattr(_forward_ad, "_current_level", 0) < 0
 
 
-def _refuse_what_the_op_would_drop(q, k, v, sinks=None) -> None:
+def _refuse_what_the_op_would_drop(q, k, v, sinks=None, alibi_slopes=None) -> None:
     """The custom op lets forward-mode AD through without a tangent and without an error (measured with torch
     2.11); torch.func transforms are not supported either. There is a backward (reverse mode) only: refuse the rest,
     never drop it."""
     if _forward_ad is not None and getattr(_forward_ad, "_current_level", -1) >= 0:
-        for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
+        for name, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks), ("alibi_slopes", alibi_slopes)):
             if t is not None and _forward_ad.unpack_dual(t).tangent is not None:
                 raise NotImplementedError(f"{name}: carries a forward-mode AD tangent; rtattn.attention has a "
                                           "backward (reverse mode, torch.autograd) but no forward-mode derivative")
@@ -440,7 +497,8 @@ def _no_lse(q):
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               softmax_scale: Optional[float] = None, return_lse: bool = False, deterministic: bool = False,
-              window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None, softcap: float = 0.0):
+              window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None, softcap: float = 0.0,
+              alibi_slopes: Optional[torch.Tensor] = None):
     """Scaled dot-product attention on CUDA tensors in FlashAttention's layout, differentiable.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv, head_dim]; v: [batch, seqlen_k,
@@ -459,20 +517,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     sink. Differentiable: the sinks' gradient is summed over the batch and the rows.
     softcap: logit softcapping (Gemma 2, Grok; FlashAttention's softcap): a cap > 0 turns each scaled score s into
     softcap * tanh(s / softcap) before the mask and the softmax (the LSE is over the capped scores); 0, the default,
-    leaves the scores as they are. Differentiable, with sinks and windows too; the cap is a constant (no gradient)."""
+    leaves the scores as they are. Differentiable, with sinks and windows too; the cap is a constant (no gradient).
+    alibi_slopes: ALiBi (MPT, BLOOM, Falcon; FlashAttention's alibi_slopes), float32 [heads_q] or [batch, heads_q]
+    on q's device: the scaled (and capped) score of query i and key j loses slope * |i + seqlen_k - seqlen_q - j|
+    before the mask and the softmax (the LSE includes the bias). Differentiable in q, k, v; the slopes are constants
+    (no gradient)."""
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     boolean("causal", causal, ArgumentError)
     window = _window(window_size, causal)
     softcap = _check_softcap(softcap)
-    if _plain_eager(q, k, v, sinks):
+    if _plain_eager(q, k, v, sinks, alibi_slopes):
         # The same implementation without the dispatcher's round trip through the custom op (about half the
         # per-call host cost; docs/PERFORMANCE.md).
-        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks, softcap)
+        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks, softcap, alibi_slopes)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         _check_sinks(sinks, q, q.shape[2])
+        _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
         if not torch.compiler.is_compiling():
-            _refuse_what_the_op_would_drop(q, k, v, sinks)
-        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window, sinks, softcap)
+            _refuse_what_the_op_would_drop(q, k, v, sinks, alibi_slopes)
+        o, lse = torch.ops.rtattn.attention(q, k, v, causal, softmax_scale, deterministic, *window, sinks, softcap,
+                                            alibi_slopes)
     return (o, lse) if return_lse else o

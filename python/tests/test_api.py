@@ -74,6 +74,44 @@ def test_softcap_config_round_trips_and_has_a_backward(cache_dir):
     assert info.registers > 0 and info.key == plan.key
 
 
+def test_alibi_config_round_trips_and_has_its_own_kernels(cache_dir):
+    c = rtattn.AttentionConfig(head_dim_qk=128, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80",
+                               softcap=True, alibi=True)
+    back = rtattn.AttentionConfig.from_json(c.to_json())
+    assert back == c and back.alibi and '"alibi":true' in c.to_json() and "alibi" in c.describe()
+    assert not rtattn.AttentionConfig.from_json(rtattn.AttentionConfig(num_heads_q=8).to_json()).alibi
+    rt = rtattn.Runtime(cache_dir=cache_dir)
+    plain = rtattn.AttentionConfig(head_dim_qk=128, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80",
+                                   softcap=True)
+    # Their own cache entries, forward and backward: a biased kernel never answers an unbiased config, nor the reverse.
+    assert rt.plan(c).key != rt.plan(plain).key
+    assert rt.plan_backward(c).key != rt.plan_backward(plain).key and "backward" in rt.plan_backward(c).kernel
+    for varlen, paged_kv in ((True, False), (False, True)):  # varlen and paged prefill take it too
+        assert rt.plan(rtattn.AttentionConfig(head_dim_qk=128, num_heads_q=8, arch="sm_80", alibi=True, varlen=varlen,
+                                              paged_kv=paged_kv)).kernel
+    info = rt.precompile(c)  # compiles without a GPU (NVRTC)
+    assert info.registers > 0 and info.key == rt.plan(c).key
+    # The decode kernels have none yet: the library names the field (attention_with_kvcache refuses the slopes).
+    with pytest.raises(rtattn.ConfigError) as e:
+        rt.plan(rtattn.AttentionConfig(head_dim_qk=128, num_heads_q=8, arch="sm_80", decode=True, alibi=True))
+    assert e.value.field == "alibi"
+    with pytest.raises(rtattn.ConfigError) as e:
+        rtattn.AttentionConfig(alibi="yes")._to_c()
+    assert e.value.field == "alibi"
+
+
+def test_alibi_argument_fields_are_the_c_structs():
+    """The slopes' fields, last in both argument structs as in rtattn.h, set through the range-checked door."""
+    for struct in (_lib.ForwardArgs, _lib.BackwardArgs):
+        assert [f[0] for f in struct._fields_[-2:]] == ["alibi_slopes", "alibi_slopes_batch_stride"]
+    k = rtattn.Kernel.__new__(rtattn.Kernel)
+    a = k.forward_args(alibi_slopes=4096, alibi_slopes_batch_stride=8)
+    assert a.alibi_slopes == 4096 and a.alibi_slopes_batch_stride == 8
+    assert not rtattn.Kernel.__new__(rtattn.Kernel).forward_args().alibi_slopes  # NULL: every kernel but alibi's
+    b = rtattn.BackwardKernel.__new__(rtattn.BackwardKernel).backward_args(alibi_slopes=4096)
+    assert b.alibi_slopes == 4096 and b.alibi_slopes_batch_stride == 0
+
+
 def test_backward_plan_and_precompile_without_a_gpu(cache_dir):
     rt = rtattn.Runtime(cache_dir=cache_dir)
     c = rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=8, num_heads_kv=2, arch="sm_80")

@@ -1,8 +1,8 @@
 """rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
 packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
-table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each
-(varlen's softcap gradients judged as test_torch_gpu's), cascade attention through merge_states; torch.compile and
-CUDA graph capture of a decode step; argument errors naming the argument."""
+table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each,
+ALiBi in varlen (its and softcap's gradients judged as test_torch_gpu's) and refused by the decode, cascade attention
+through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming the argument."""
 import math
 
 import pytest
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch", reason="no GPU tests here: torch is not ins
 
 import rtattn  # noqa: E402
 from test_torch_gpu import (CAPS, TOL, compiled_grads_match_eager, grad_err, judge_against_torch, lse_tol,  # noqa: E402
-                            make_sinks, poison_allocator, rel_err, sdpa_reference)
+                            make_sinks, make_slopes, poison_allocator, rel_err, sdpa_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -26,15 +26,17 @@ def packed_batch(lens_q, lens_k, hq, hkv, d, dtype, seed):
 
 
 def per_sequence_reference(q, k, v, lens_q, lens_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0,
-                           dtype=torch.float64):
+                           dtype=torch.float64, alibi_slopes=None):
     """O [total_q, hq, dv] and LSE [hq, total_q] in float64, one SDPA per sequence (with sinks, sdpa_reference's
-    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks; softcap > 0 caps the scores).
-    dtype: the math in another dtype, as sdpa_reference's."""
+    explicit softmax, which gives a sequence without keys O = 0 and LSE = the sinks; softcap > 0 caps the scores;
+    alibi_slopes [heads_q] or [sequences, heads_q] bias them, each sequence's distances its own). dtype: the math in
+    another dtype, as sdpa_reference's."""
     os, lses, i, j = [], [], 0, 0
-    for lq, lk in zip(lens_q, lens_k):
+    for n, (lq, lk) in enumerate(zip(lens_q, lens_k)):
         if lq and (lk or sinks is not None):
+            slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[n]
             o, lse = sdpa_reference(q[None, i:i + lq], k[None, j:j + lk], v[None, j:j + lk], causal, scale, window,
-                                    sinks, softcap, dtype)
+                                    sinks, softcap, dtype, slopes)
             os.append(o[0]), lses.append(lse[0])
         elif lq:
             os.append(torch.zeros(lq, q.shape[1], v.shape[2], dtype=dtype, device="cuda"))
@@ -103,12 +105,12 @@ def test_varlen_forward_with_softcap(d, causal, dtype, window, sinks, softcap, s
     assert (lse[finite].double() - ref_lse[finite]).abs().max().item() < lse_tol(max(lens_k))
 
 
-def per_sequence_grads(leaves, dout, lens_q, lens_k, causal, scale, window, softcap, dtype):
+def per_sequence_grads(leaves, dout, lens_q, lens_k, causal, scale, window, softcap, dtype, alibi_slopes=None):
     """The gradients of per_sequence_reference's O, dout into it, with respect to leaves (q, k, v, and the sinks
-    where there is a fourth), the math and its autograd in dtype."""
+    where there is a fourth), the math and its autograd in dtype; alibi_slopes, constants, as given."""
     ref = [t.detach().to(dtype).requires_grad_() for t in leaves]
     o, _ = per_sequence_reference(*ref[:3], lens_q, lens_k, causal, scale, window, ref[3] if len(ref) > 3 else None,
-                                  softcap, dtype)
+                                  softcap, dtype, alibi_slopes)
     return torch.autograd.grad(o, ref, dout.to(dtype))
 
 
@@ -137,6 +139,88 @@ def test_varlen_gradients_with_softcap(d, causal, dtype, window, sinks, softcap,
     ref, low = (per_sequence_grads(leaves, dout, lens_q, lens_k, causal, 1 / math.sqrt(d), window, softcap, dt)
                 for dt in (torch.float64, dtype))
     judge_against_torch(("dq", "dk", "dv", "dsinks"), got, ref, low, dtype)
+
+
+@pytest.mark.parametrize("d, causal, dtype, dims, extras", [(64, True, torch.bfloat16, 2, False),
+                                                            (128, False, torch.float16, 1, False),
+                                                            (128, True, torch.float16, 2, False),
+                                                            (64, False, torch.bfloat16, 2, True)])
+def test_varlen_with_alibi(d, causal, dtype, dims, extras):
+    """Forward and gradients with ALiBi slopes per sequence (2 dims: [sequences, heads_q], rows 2 * heads_q apart)
+    or shared (1 dim); extras: with sinks, a cap and a window too. Sequences without queries or keys, and 80 queries on
+    64 keys: rows without keys, and a diagonal before the first key."""
+    lens_q, lens_k = [37, 0, 300, 1, 129, 20, 80], [37, 5, 300, 64, 129, 0, 64]
+    q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, d, dtype, seed=d + 11)
+    slopes = make_slopes(len(lens_q), 8, d + 11, dims)
+    softcap, spread = CAPS[0] if extras else (0.0, 1.0)
+    window = (50, -1) if extras else (-1, -1)
+    leaves = [t.detach().requires_grad_() for t in (q * spread, k, v)]
+    if extras:  # values bf16 holds exactly, so PyTorch's 16-bit run has the sinks ours has
+        leaves.append(make_sinks(8, d, torch.bfloat16).float().requires_grad_())
+    g = torch.Generator(device="cuda").manual_seed(d + 12)
+    dout = torch.randn(sum(lens_q), 8, d, device="cuda", dtype=dtype, generator=g)
+    poison_allocator(1 << 24)
+    o, lse = rtattn.attention_varlen(*leaves[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                     return_lse=True, window_size=window, sinks=leaves[3] if extras else None,
+                                     softcap=softcap, alibi_slopes=slopes)
+    got = torch.autograd.grad(o, leaves, dout)
+    torch.cuda.synchronize()
+    scale = 1 / math.sqrt(d)
+    ref_o, ref_lse = per_sequence_reference(*(t.detach() for t in leaves[:3]), lens_q, lens_k, causal, scale, window,
+                                            leaves[3].detach() if extras else None, softcap, alibi_slopes=slopes)
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert rel_err(o, ref_o) < TOL[dtype]
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isinf(lse), ~finite)
+    assert (lse[finite].double() - ref_lse[finite]).abs().max().item() < lse_tol(max(lens_k))
+    ref, low = (per_sequence_grads(leaves, dout, lens_q, lens_k, causal, scale, window, softcap, dt, slopes)
+                for dt in (torch.float64, dtype))
+    judge_against_torch(("dq", "dk", "dv", "dsinks"), got, ref, low, dtype)
+    # The slopes matter: the unbiased attention is far off.
+    plain, _ = per_sequence_reference(*(t.detach() for t in leaves[:3]), lens_q, lens_k, causal, scale, window,
+                                      leaves[3].detach() if extras else None, softcap)
+    assert rel_err(o, plain) > 0.1
+
+
+def test_varlen_alibi_through_the_ops_and_errors():
+    q, k, v, cu_q, cu_k = packed_batch([100, 50], [100, 50], 4, 2, 64, torch.bfloat16, seed=14)
+    slopes = make_slopes(2, 4, 14, dims=2)
+    dout = torch.randn(150, 4, 64, device="cuda", dtype=torch.bfloat16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    o = rtattn.attention_varlen(*leaves, cu_q, cu_k, 100, 100, causal=True, deterministic=True, alibi_slopes=slopes)
+    grads = torch.autograd.grad(o, leaves, dout)
+    # The forward op called directly (its autograd too), and the backward op given the forward's slopes.
+    leaves2 = [t.detach().requires_grad_() for t in (q, k, v)]
+    o2, lse = torch.ops.rtattn.attention_varlen(*leaves2, cu_q, cu_k, 100, 100, True, None, True, -1, -1, None, 0.0,
+                                                slopes)
+    assert torch.equal(o2, o)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(o2, leaves2, dout), grads))
+    o, lse = o.detach(), lse.detach()
+    run = lambda s: torch.ops.rtattn.attention_varlen_backward(dout, q, k, v, o, lse, None, cu_q, cu_k, 100, 100,
+                                                               True, None, True, -1, -1, None, False, 0.0, s)
+    assert all(torch.equal(a, b) for a, b in zip(run(slopes)[:3], grads))
+    assert grad_err(run(None)[0], grads[0]) > 0.1
+    # A training step traced whole, both varlen ops' fakes taking the slopes; gradients equal to eager's.
+    compiled_grads_match_eager(lambda q, k, v: rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, causal=True,
+                                                                       alibi_slopes=slopes).float().square().mean(),
+                               (q, k, v))
+    # [sequences, heads_q]: the batch is the number of sequences, not 1.
+    for bad, match in ((torch.zeros(1, 4, device="cuda"), "shape"), (torch.zeros(3, 4, device="cuda"), "shape"),
+                       (torch.zeros(4, dtype=torch.float16, device="cuda"), "float32"), (torch.zeros(4), "is on cpu")):
+        with pytest.raises(rtattn.ArgumentError, match=match) as e:
+            rtattn.attention_varlen(q, k, v, cu_q, cu_k, 100, 100, alibi_slopes=bad)
+        assert e.value.field == "alibi_slopes"
+
+
+def test_kvcache_refuses_alibi_slopes():
+    # The decode kernels have no ALiBi yet: flash_attn_with_kvcache's argument is taken, and refused by name.
+    q = torch.randn(2, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(2, 128, 2, 64, device="cuda", dtype=torch.bfloat16)
+    for slopes in (make_slopes(2, 8, 15), make_slopes(2, 8, 15, dims=2)):
+        with pytest.raises(rtattn.ArgumentError, match="no ALiBi") as e:
+            rtattn.attention_with_kvcache(q, cache, cache, alibi_slopes=slopes)
+        assert e.value.field == "alibi_slopes"
+    assert rtattn.attention_with_kvcache(q, cache, cache, alibi_slopes=None).shape == q.shape
 
 
 def test_varlen_softcap_backward_through_the_ops_and_under_torch_compile():

@@ -1,9 +1,9 @@
 """rtattn.attention on the GPU against torch.nn.functional.scaled_dot_product_attention in float64: head dims 1..256
 (72, 100, 132, 200 among them), GQA/MQA, causal with seqlen_q != seqlen_k, strided views, LSE, sliding windows,
-attention sinks and logit softcapping (against an explicit float64 softmax: the sink as one more column, the scores
-capped before the mask), gradients of each (softcap's judged against twice PyTorch's own error in the inputs' 16-bit
-dtype); every output element written (the allocator is poisoned with NaN first); torch.compile(fullgraph=True); CUDA
-graph capture and replay; argument errors naming the argument."""
+attention sinks, logit softcapping and ALiBi (against an explicit float64 softmax: the sink as one more column, the
+scores capped, then biased, before the mask), gradients of each (softcap's and ALiBi's judged against twice PyTorch's
+own error in the inputs' 16-bit dtype); every output element written (the allocator is poisoned with NaN first);
+torch.compile(fullgraph=True); CUDA graph capture and replay; argument errors naming the argument."""
 import math
 import subprocess
 import sys
@@ -37,18 +37,20 @@ def window_mask(sq, sk, causal, window, device):
     return mask
 
 
-def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=0.0, dtype=torch.float64):
+def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=0.0, dtype=torch.float64,
+                   alibi_slopes=None):
     """float64 SDPA in [batch, seq, heads, dim] layout, causal aligned bottom-right, a sliding window as
     window_mask's; rows that see no key give O = 0 and LSE = +inf (the library's convention, as FlashAttention's).
-    sinks ([heads_q]) and softcap (> 0): see explicit_reference. dtype: another one (the inputs' 16-bit dtype) runs
-    explicit_reference's math in it, every input (sinks too) converted to it: PyTorch's own error in that dtype."""
+    sinks ([heads_q]), softcap (> 0) and alibi_slopes ([heads_q] or [batch, heads_q]): see explicit_reference.
+    dtype: another one (the inputs' 16-bit dtype) runs explicit_reference's math in it, every input (sinks too)
+    converted to it: PyTorch's own error in that dtype."""
     b, sq, hq, _ = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qd, kd, vd = (t.to(dtype).transpose(1, 2) for t in (q, k, v))
     kd, vd = kd.repeat_interleave(hq // hkv, 1), vd.repeat_interleave(hq // hkv, 1)
     mask = window_mask(sq, sk, causal, window, q.device)
-    if sinks is not None or softcap or dtype != torch.float64:
-        return explicit_reference(qd, kd, vd, mask, scale, sinks, softcap)
+    if sinks is not None or softcap or alibi_slopes is not None or dtype != torch.float64:
+        return explicit_reference(qd, kd, vd, mask, scale, sinks, softcap, alibi_slopes)
     # Rows without keys would be NaN in SDPA: they see key 0 there, and are replaced below.
     o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=None if mask is None else mask | ~mask.any(-1, True),
                                        scale=scale)
@@ -62,17 +64,22 @@ def sdpa_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=
     return o.transpose(1, 2), lse
 
 
-def explicit_reference(qd, kd, vd, mask, scale, sinks=None, softcap=0.0):
+def explicit_reference(qd, kd, vd, mask, scale, sinks=None, softcap=0.0, alibi_slopes=None):
     """The softmax spelt out, for what no SDPA takes. softcap > 0 (FlashAttention's convention): each scaled score s
-    becomes softcap * tanh(s / softcap), before the mask. Sinks: each head's sink is one more score column, a key
-    whose value is zero, so it joins the softmax's denominator and the LSE and is dropped before P V; a row that sees
-    no key gives O = 0 and LSE = its sink, with no special case (without sinks: O = 0 and LSE = +inf, as
-    sdpa_reference's). [batch, heads, seq, dim] in (float64, or the dtype the math runs in); the layouts of
-    sdpa_reference out. Differentiable in every input, the sinks too; the cap is a constant."""
+    becomes softcap * tanh(s / softcap), before the mask. alibi_slopes (FlashAttention's ALiBi): then the score of
+    query i and key j loses slope * |i + seqlen_k - seqlen_q - j|, before the mask; the bias is computed in float64
+    and rounded to the math's dtype once, as a model adds a precomputed bias. Sinks: each head's sink is one more
+    score column, a key whose value is zero, so it joins the softmax's denominator and the LSE and is dropped before
+    P V; a row that sees no key gives O = 0 and LSE = its sink, with no special case (without sinks: O = 0 and
+    LSE = +inf, as sdpa_reference's). [batch, heads, seq, dim] in (float64, or the dtype the math runs in); the
+    layouts of sdpa_reference out. Differentiable in every input, the sinks too; the cap and the slopes are
+    constants."""
     b, hq, sq, _ = qd.shape
     s = (qd @ kd.transpose(-1, -2)) * scale
     if softcap:
         s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s - alibi_bias(alibi_slopes, b, hq, sq, kd.shape[2]).to(s.dtype)
     if mask is not None:
         s = s.masked_fill(~mask, -math.inf)
     if sinks is not None:
@@ -85,6 +92,28 @@ def explicit_reference(qd, kd, vd, mask, scale, sinks=None, softcap=0.0):
     o = torch.softmax(s.masked_fill(empty, 0.0), -1) @ vd
     o = torch.where(empty, torch.zeros_like(o), o)
     return o.transpose(1, 2), torch.where(empty[..., 0], torch.full_like(lse, math.inf), lse)
+
+
+def alibi_bias(slopes, b, hq, sq, sk):
+    """slope * |i + sk - sq - j| in float64, [b or 1, hq, sq, sk]: the amount each score loses."""
+    i = torch.arange(sq, device=slopes.device, dtype=torch.float64)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=slopes.device, dtype=torch.float64)[None, :]
+    rows = slopes.double().reshape(-1, hq)  # [1, hq] for [heads_q] slopes: every sequence alike
+    return rows[:, :, None, None] * (i - j).abs()
+
+
+def make_slopes(b, hq, seed, dims=1):
+    """ALiBi slopes, float32. 1 dim: the paper's geometric 2**(-8 (h + 1) / hq), [hq]. 2 dims: [b, hq], each
+    sequence's row those times a random factor from 0.5 to 1.5, viewed out of a [b, 2 hq] tensor so the rows are 2 hq
+    apart (a batch stride that is not heads_q)."""
+    h = torch.arange(1, hq + 1, device="cuda", dtype=torch.float64)
+    slopes = (2.0 ** (-8 * h / hq)).float()
+    if dims == 1:
+        return slopes
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    wide = torch.rand(b, 2 * hq, device="cuda", generator=g) + 0.5
+    wide[:, :hq] *= slopes
+    return wide[:, :hq]
 
 
 def make_sinks(hq, seed, dtype=torch.float32):
@@ -117,14 +146,15 @@ def make(b, sq, sk, hq, hkv, d, dv, dtype, seed):
     return q, k, v
 
 
-def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1), sinks=None, softcap=0.0):
+def check(q, k, v, causal=False, scale=None, dtype=None, window=(-1, -1), sinks=None, softcap=0.0,
+          alibi_slopes=None):
     dtype = dtype or q.dtype
     eff = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     poison_allocator(q.shape[0] * q.shape[1] * q.shape[2] * v.shape[3] * 2 + q.shape[0] * q.shape[2] * q.shape[1] * 4)
     o, lse = rtattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True, window_size=window,
-                              sinks=sinks, softcap=softcap)
+                              sinks=sinks, softcap=softcap, alibi_slopes=alibi_slopes)
     torch.cuda.synchronize()
-    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window, sinks, softcap)
+    ref_o, ref_lse = sdpa_reference(q, k, v, causal, eff, window, sinks, softcap, alibi_slopes=alibi_slopes)
     assert o.shape == (q.shape[0], q.shape[1], q.shape[2], v.shape[3]) and o.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an element was not written (NaN poison)"
@@ -319,14 +349,14 @@ def test_what_is_recorded_or_transformed_is_never_silently_dropped():
 
 
 def sdpa_grads(q, k, v, do, causal, scale, dlse=None, window=(-1, -1), sinks=None, softcap=0.0,
-               dtype=torch.float64):
+               dtype=torch.float64, alibi_slopes=None):
     """dQ, dK, dV of float64 SDPA (the reference above) by torch.autograd; and dsinks, given sinks. dtype: the
-    reference's math and its autograd in another dtype (sdpa_reference's)."""
+    reference's math and its autograd in another dtype (sdpa_reference's). alibi_slopes: constants, no gradient."""
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
     if sinks is not None:
         leaves.append(sinks.detach().to(dtype).requires_grad_())
     o, lse = sdpa_reference(*leaves[:3], causal, scale, window, leaves[3] if sinks is not None else None, softcap,
-                            dtype)
+                            dtype, alibi_slopes)
     loss = (o * do.to(dtype)).sum()
     if dlse is not None:
         finite = torch.isfinite(lse)
@@ -555,9 +585,9 @@ def judge_against_torch(names, got, ref, low, dtype):
 
 
 def check_softcap_grads(b, sq, sk, hq, hkv, d, dtype, causal, seed, softcap, spread, window=(-1, -1), sinks=False,
-                        with_dlse=False, deterministic=False):
-    """rtattn.attention's dQ, dK, dV (and dsinks: sinks that require grad, given sinks) with a cap, by
-    judge_against_torch. q is scaled by spread (make_capped). Returns the gradients."""
+                        with_dlse=False, deterministic=False, alibi_slopes=None):
+    """rtattn.attention's dQ, dK, dV (and dsinks: sinks that require grad, given sinks) with a cap (0: none) and
+    ALiBi slopes (None: none), by judge_against_torch. q is scaled by spread (make_capped). Returns the gradients."""
     q, k, v = (t.detach().requires_grad_() for t in make_capped(b, sq, sk, hq, hkv, d, dtype, seed, spread))
     g = torch.Generator(device="cuda").manual_seed(seed + 1)  # the same dO for the same seed: runs compare bitwise
     do = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g)
@@ -566,7 +596,7 @@ def check_softcap_grads(b, sq, sk, hq, hkv, d, dtype, causal, seed, softcap, spr
     s = make_sinks(hq, seed, torch.bfloat16).float().requires_grad_() if sinks else None
     poison_allocator(4 * (q.numel() + k.numel() + v.numel()) + 8 * b * hq * sq * (d + 16))
     o, lse = rtattn.attention(q, k, v, causal=causal, return_lse=True, deterministic=deterministic,
-                              window_size=window, sinks=s, softcap=softcap)
+                              window_size=window, sinks=s, softcap=softcap, alibi_slopes=alibi_slopes)
     outs, grads_in = ([o, lse], [do, dlse]) if with_dlse else ([o], [do])
     leaves = (q, k, v) + ((s,) if sinks else ())
     got = torch.autograd.grad(outs, leaves, grads_in)
@@ -574,8 +604,8 @@ def check_softcap_grads(b, sq, sk, hq, hkv, d, dtype, causal, seed, softcap, spr
     for name, grad, leaf in zip(("dq", "dk", "dv", "dsinks"), got, leaves):
         assert grad.dtype == leaf.dtype, name
     scale = 1 / math.sqrt(d)
-    ref = sdpa_grads(q, k, v, do, causal, scale, dlse, window, s, softcap)
-    low = sdpa_grads(q, k, v, do, causal, scale, dlse, window, s, softcap, dtype)
+    ref = sdpa_grads(q, k, v, do, causal, scale, dlse, window, s, softcap, alibi_slopes=alibi_slopes)
+    low = sdpa_grads(q, k, v, do, causal, scale, dlse, window, s, softcap, dtype, alibi_slopes)
     judge_against_torch(("dq", "dk", "dv", "dsinks"), got, ref, low, dtype)
     return got
 
@@ -659,6 +689,109 @@ def test_softcap_backward_through_the_ops_and_under_torch_compile():
     # sinks' among them, equal to eager's.
     compiled_grads_match_eager(lambda q, k, v, s: rtattn.attention(q, k, v, causal=True, sinks=s, softcap=5.0)
                                .float().square().mean(), (q, k, v, sinks))
+
+
+# ---- ALiBi -----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dims", [1, 2])
+def test_alibi_matches_float64(d, causal, dims):
+    # 300 queries on 500 keys, GQA 4:1; 500 on 300, MQA, where the diagonal starts 200 keys before the first one (a
+    # large bias on every key of the first rows) and causal leaves rows without keys.
+    check(*make(2, 300, 500, 8, 2, d, d, torch.bfloat16, d), causal=causal,
+          alibi_slopes=make_slopes(2, 8, d + causal, dims))
+    check(*make(2, 500, 300, 4, 1, d, d, torch.float16, d + 7), causal=causal,
+          alibi_slopes=make_slopes(2, 4, d + 7 + causal, dims))
+
+
+def test_alibi_with_softcap_sinks_and_a_window():
+    # The bias comes after the cap (FlashAttention's order); the sinks are neither capped nor biased.
+    for (softcap, spread), dtype, shape, seed in zip(CAPS, (torch.bfloat16, torch.float16),
+                                                     ((2, 300, 500, 8, 2), (2, 500, 300, 4, 1)), (81, 82)):
+        check(*make_capped(*shape, 128, dtype, seed, spread), causal=True, window=(100, -1),
+              sinks=make_sinks(shape[3], seed), softcap=softcap, alibi_slopes=make_slopes(2, shape[3], seed, 2))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dims", [1, 2])
+def test_alibi_gradients_match_float64(d, causal, dims):
+    # GQA 4:1; 300 queries on 200 keys: causal (bottom-right) leaves the first 100 rows without keys.
+    dtype = torch.bfloat16 if dims == 1 else torch.float16
+    check_softcap_grads(2, 300, 200, 8, 2, d, dtype, causal, seed=d + causal + 90, softcap=0.0, spread=1.0,
+                        alibi_slopes=make_slopes(2, 8, d + causal, dims))
+
+
+def test_alibi_gradients_with_softcap_sinks_and_a_window():
+    check_softcap_grads(2, 300, 200, 8, 2, 128, torch.bfloat16, True, seed=93, softcap=5.0, spread=3.0,
+                        window=(37, -1), sinks=True, with_dlse=True, alibi_slopes=make_slopes(2, 8, 93, 2))
+
+
+def test_alibi_is_applied_through_the_ops_and_under_torch_compile():
+    q, k, v = make(2, 200, 300, 8, 2, 128, 128, torch.bfloat16, seed=71)
+    slopes = make_slopes(2, 8, 71, dims=2)
+    ref, _ = sdpa_reference(q, k, v, True, 1 / math.sqrt(128))
+    o, lse = rtattn.attention(q, k, v, causal=True, return_lse=True, alibi_slopes=slopes)
+    assert rel_err(o, ref) > 0.1, "slopes up to 0.75 over hundreds of keys left O as plain attention's"
+    zero = torch.zeros(8, device="cuda")  # the alibi kernel with no bias: plain attention
+    assert rel_err(rtattn.attention(q, k, v, causal=True, alibi_slopes=zero), ref) < TOL[torch.bfloat16]
+    # The batch stride: the strided rows, their contiguous copy, and each sequence alone with its row agree; a
+    # [heads_q] row and that row expanded over the batch (stride 0) too.
+    assert torch.equal(rtattn.attention(q, k, v, causal=True, alibi_slopes=slopes.contiguous()), o)
+    for b in range(2):
+        alone = rtattn.attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], causal=True, alibi_slopes=slopes[b].contiguous())
+        assert rel_err(alone[0], o[b].double()) < 1e-3, f"sequence {b} did not get its own slopes"
+    row = slopes[0].contiguous()
+    assert torch.equal(rtattn.attention(q, k, v, causal=True, alibi_slopes=row),
+                       rtattn.attention(q, k, v, causal=True, alibi_slopes=row.expand(2, 8)))
+    # The forward op called directly; torch.compile; the fake on meta tensors.
+    o2, lse2 = torch.ops.rtattn.attention(q, k, v, True, None, False, -1, -1, None, 0.0, slopes)
+    assert torch.equal(o2, o) and torch.equal(lse2, lse)
+    f = torch.compile(lambda q, k, v, s: rtattn.attention(q, k, v, causal=True, alibi_slopes=s), fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(f(q, k, v, slopes), o)
+    meta = [torch.empty(t.shape, device="meta", dtype=t.dtype) for t in (q, k, v, slopes)]
+    om, lsem = rtattn.attention(*meta[:3], return_lse=True, alibi_slopes=meta[3])
+    assert om.shape == q.shape and lsem.shape == (2, 8, 200) and om.device.type == "meta"
+
+    # Backward: the slopes get no gradient (constants, as in FlashAttention), even when they require one.
+    do = torch.randn(2, 200, 8, 128, device="cuda", dtype=torch.bfloat16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, slopes)]
+    o, lse = rtattn.attention(*leaves[:3], causal=True, return_lse=True, deterministic=True, alibi_slopes=leaves[3])
+    grads = torch.autograd.grad(o, leaves, do, allow_unused=True)
+    assert grads[3] is None and all(g is not None for g in grads[:3])
+    # The backward op itself, given the forward's slopes; without them it runs the unbiased kernel, whose gradients
+    # differ. Its fake: shapes on meta tensors.
+    o, lse = o.detach(), lse.detach()
+    run = lambda s: torch.ops.rtattn.attention_backward(do, q, k, v, o, lse, None, True, None, True, -1, -1, None,
+                                                        False, 0.0, s)
+    assert all(torch.equal(a, b) for a, b in zip(run(slopes)[:3], grads[:3]))
+    assert grad_err(run(None)[0], grads[0]) > 0.1
+    meta = [torch.empty(t.shape, device="meta", dtype=t.dtype) for t in (do, q, k, v, o, lse, slopes)]
+    out = torch.ops.rtattn.attention_backward(*meta[:6], None, True, None, False, -1, -1, None, False, 0.0, meta[6])
+    assert [tuple(t.shape) for t in out] == [q.shape, k.shape, v.shape, (0,)]
+    # A training step traced whole, both ops' fakes taking the slopes; gradients equal to eager's.
+    compiled_grads_match_eager(lambda q, k, v: rtattn.attention(q, k, v, causal=True, alibi_slopes=slopes)
+                               .float().square().mean(), (q, k, v))
+
+
+def test_alibi_argument_errors_name_alibi_slopes():
+    q, k, v = make(2, 64, 64, 4, 2, 64, 64, torch.bfloat16, seed=73)
+    cases = [(torch.zeros(3, device="cuda"), "shape"), (torch.zeros(3, 4, device="cuda"), "shape"),
+             (torch.zeros(4, 2, device="cuda"), "shape"), (torch.zeros(2, 4, 1, device="cuda"), "shape"),
+             (torch.zeros(4, dtype=torch.bfloat16, device="cuda"), "float32"),
+             (torch.zeros(4, dtype=torch.float64, device="cuda"), "float32"),
+             (torch.zeros(4), "is on cpu"), ([0.1] * 4, "torch.Tensor"),
+             (torch.zeros(8, device="cuda")[::2], "contiguous"),
+             (torch.zeros(8, device="cuda").as_strided((2, 4), (2, 1)), "overlap")]
+    for slopes, match in cases:
+        bad(lambda: rtattn.attention(q, k, v, alibi_slopes=slopes), "alibi_slopes", match)
+        # With q needing a gradient (the custom op's path), and in the op called directly.
+        bad(lambda: rtattn.attention(q.detach().requires_grad_(), k, v, alibi_slopes=slopes), "alibi_slopes", match)
+        if isinstance(slopes, torch.Tensor) and slopes.is_cuda:
+            bad(lambda: torch.ops.rtattn.attention(q, k, v, False, None, False, -1, -1, None, 0.0, slopes),
+                "alibi_slopes", match)
 
 
 def test_gradient_through_the_returned_lse():

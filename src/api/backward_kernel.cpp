@@ -40,6 +40,7 @@ void BackwardKernel::backward(const BackwardArgs& a, void* stream) const {
     call.window_size_left = a.window_size_left, call.window_size_right = a.window_size_right;
     call.sinks = a.sinks, call.dsinks = a.dsinks;
     call.softcap = a.softcap;
+    call.alibi_slopes = a.alibi_slopes, call.alibi_slopes_batch_stride = a.alibi_slopes_batch_stride;
     k.plan.family->launch({k.plan, k.config, call, *k.module, stream});
 }
 

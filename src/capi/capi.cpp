@@ -418,6 +418,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         window_of(a, f);
         f.sinks = a.sinks;
         f.softcap = a.softcap;
+        f.alibi_slopes = a.alibi_slopes, f.alibi_slopes_batch_stride = a.alibi_slopes_batch_stride;
         k.forward(f, stream);
     });
 }
@@ -533,6 +534,7 @@ rtattn_status rtattn_kernel_backward(const rtattn_backward_kernel* kernel, const
         window_of(a, b);
         b.sinks = a.sinks, b.dsinks = a.dsinks;
         b.softcap = a.softcap;
+        b.alibi_slopes = a.alibi_slopes, b.alibi_slopes_batch_stride = a.alibi_slopes_batch_stride;
         k.backward(b, stream);
     });
 }

@@ -163,10 +163,11 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
 
 std::string AttentionConfig::describe() const {
     std::string d = dv() == head_dim_qk ? fmt::format("d{}", head_dim_qk) : fmt::format("d{}/{}", head_dim_qk, dv());
-    return fmt::format("{} {} {} h{}:{}{}{}{}{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal",
+    return fmt::format("{} {} {} h{}:{}{}{}{}{}{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal",
                        num_heads_q, num_heads_kv,
                        decode ? (paged_kv ? " decode paged" : " decode") : paged_kv ? " paged" : "",
                        varlen ? " varlen" : "", local ? " local" : "", sinks ? " sinks" : "", softcap ? " softcap" : "",
+                       alibi ? " alibi" : "",
                        softmax_scale ? fmt::format(" scale={}", *softmax_scale) : "", arch.empty() ? "" : " " + arch);
 }
 

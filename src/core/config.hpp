@@ -41,6 +41,10 @@ struct AttentionConfig {
     // softcap: logit softcapping (Gemma 2, Grok): each scaled score s becomes softcap * tanh(s / softcap) before the
     // softmax, softcap the call's value (> 0). Every pass (the backward takes the cap's slope 1 - tanh^2 in dS).
     bool softcap = false;
+    // alibi: ALiBi (MPT, BLOOM, Falcon; FlashAttention's alibi_slopes): each scaled score of query i and key j loses
+    // slope * |i + seqlen_k - seqlen_q - j| (after the cap, if any), slope the call's per head (and batch). Prefill,
+    // varlen, paged prefill and the backward; decode refuses it for now.
+    bool alibi = false;
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }
     double scale() const;  // the effective softmax scale

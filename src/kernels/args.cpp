@@ -181,6 +181,28 @@ void check_softcap(const AttentionConfig& c, float softcap) {
                                                    softcap));
 }
 
+void check_alibi(const AttentionConfig& c, const float* slopes, std::int64_t batch_stride, int batch) {
+    if (!c.alibi) {
+        if (slopes)
+            throw ArgumentError("alibi_slopes", "given, but the kernel has no ALiBi (config.alibi = 0): pass null, or "
+                                                "build the kernel with alibi = 1");
+        if (batch_stride != 0)
+            throw ArgumentError("alibi_slopes_batch_stride", "must be 0 for a kernel without ALiBi");
+        return;
+    }
+    if (!slopes)
+        throw ArgumentError("alibi_slopes", fmt::format("is null; an ALiBi kernel needs each query head's slope (device "
+                                                        "float32 [{}] or [batch, {}])",
+                                                        c.num_heads_q, c.num_heads_q));
+    if (!aligned(slopes, 4)) throw ArgumentError("alibi_slopes", "must be 4-byte aligned (float32)");
+    // The kernels index batch * stride + head in 64 bits; rows may be padded, not overlapping.
+    if (batch_stride != 0 && (batch_stride < c.num_heads_q || batch_stride > (std::int64_t(1) << 40) / std::max(1, batch)))
+        throw ArgumentError("alibi_slopes_batch_stride",
+                            fmt::format("{} is not allowed: 0 (one row of {} slopes for every sequence) or at least "
+                                        "heads_q = {} (a row per sequence)",
+                                        batch_stride, c.num_heads_q, c.num_heads_q));
+}
+
 Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q, int seqlen_k) {
     if (!c.local) return {0, 0};
     Window w;
@@ -193,6 +215,7 @@ Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, 
     check_window(c, a.window_size_left, a.window_size_right);
     check_sinks(c, a.sinks);
     check_softcap(c, a.softcap);
+    check_alibi(c, a.alibi_slopes, a.alibi_slopes_batch_stride, a.batch);
     const Packing packing{a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k};
     const Rows rows = p.paged_kv ? check_packing(c.varlen, true, packing, a.batch, a.seqlen_q, a.seqlen_k,
                                                  {{"q", &a.q}, {"o", &a.o}})

@@ -62,6 +62,9 @@ void check_window(const AttentionConfig& c, int left, int right);
 void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsinks = nullptr);
 // A call's softcap: a softcap kernel needs a finite cap > 0, any other takes 0.
 void check_softcap(const AttentionConfig& c, float softcap);
+// A call's ALiBi slopes: an alibi kernel needs them (float32, 4-byte aligned; batch stride 0 or at least heads_q, and
+// batch rows of it addressable), any other takes none (null, stride 0).
+void check_alibi(const AttentionConfig& c, const float* slopes, std::int64_t batch_stride, int batch);
 // The bounds as the kernels hold them (common/mask.cuh): an unbounded side, or one past every key it could bound,
 // becomes the longest sequence's size (seqlen_k on the left, seqlen_q on the right), which bounds nothing; causal: a
 // right bound of 0.

@@ -27,6 +27,7 @@ void BackwardFamily::validate_args(const plan::BackwardPlan& p, const AttentionC
     check_window(c, a.window_size_left, a.window_size_right);
     check_sinks(c, a.sinks, a.dsinks);
     check_softcap(c, a.softcap);
+    check_alibi(c, a.alibi_slopes, a.alibi_slopes_batch_stride, a.batch);
     const int hq = c.num_heads_q, hkv = c.num_heads_kv;
     const Rows r = check_packing(c.varlen, false, {a.cu_seqlens_q, a.cu_seqlens_k, a.total_q, a.total_k}, a.batch,
                                  a.seqlen_q, a.seqlen_k,
@@ -135,6 +136,10 @@ BwdParams backward_params(const BackwardLaunch& l) {
     if (c.softcap) {  // P as the forward's: the softmax's scale is the cap's; dQ and dK keep softmax_scale
         p.softcap_scale = float(c.scale() / a.softcap);
         p.scale_log2 = float(double(a.softcap) * 1.4426950408889634);
+    }
+    if (c.alibi) {  // slopes in the units of the scores before scale_log2: raw, or capped
+        p.alibi_slopes = a.alibi_slopes, p.alibi_batch_stride = a.alibi_slopes_batch_stride;
+        p.alibi_scale = float(1.0 / (c.softcap ? double(a.softcap) : c.scale()));
     }
     return p;
 }

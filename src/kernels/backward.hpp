@@ -33,6 +33,8 @@ struct BackwardCall {
     const float* sinks = nullptr;  // sinks: as BackwardArgs
     float* dsinks = nullptr;
     float softcap = 0;  // softcap: as BackwardArgs
+    const float* alibi_slopes = nullptr;  // alibi: as BackwardArgs
+    std::int64_t alibi_slopes_batch_stride = 0;
 };
 
 struct BackwardLaunch {

@@ -103,6 +103,10 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
         prm.scale = a.softcap;
         prm.scale_log2 = float(double(a.softcap) * 1.4426950408889634);
     }
+    if (c.alibi) {  // slopes in the units of the scores before scale_log2: raw, or capped
+        prm.alibi_slopes = a.alibi_slopes, prm.alibi_batch_stride = a.alibi_slopes_batch_stride;
+        prm.alibi_scale = float(1.0 / double(prm.scale));
+    }
     return prm;
 }
 

@@ -40,7 +40,7 @@ const arch::Arch& fill_problem(Plan& plan, const AttentionConfig& c, int pad_v_s
     plan.pad_qk = geometry::round_up(plan.head_dim_qk, 16);
     plan.pad_v = geometry::round_up(plan.head_dim_v, pad_v_step);
     plan.bf16 = c.dtype == Dtype::bf16;
-    plan.mask = {c.causal, c.local, c.sinks, c.softcap};
+    plan.mask = {c.causal, c.local, c.sinks, c.softcap, c.alibi};
     plan.varlen = c.varlen;
     plan.arch = c.arch;
     plan.vec_qk = vector_width(plan.head_dim_qk);
@@ -53,6 +53,10 @@ template const arch::Arch& fill_problem(BackwardPlan&, const AttentionConfig&, i
 KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     KernelPlan p;
     if (c.decode) {
+        if (c.alibi)
+            throw ConfigError("alibi", "the decode kernels have no ALiBi yet (prefill, varlen, paged prefill and the "
+                                       "backward have): a decode step with ALiBi can run as a prefill against the "
+                                       "cache (decode false, paged_kv for a paged one)");
         const arch::Arch& ai = fill_problem(p, c, 16);
         p.paged_kv = c.paged_kv;
         p.kv_rows_16b = kv_rows_16b(c);

@@ -205,6 +205,7 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
         int next_head = head, next_m_block = m_block;
         next_step(next_head, next_m_block);
         const long long ws_head = ((long long)batch * p.heads_q + head) * p.m_pad;
+        const float alibi = detail::alibi_factor<T::kAlibi>(p, batch, head);  // kAlibi: this head's
         const u32 aQ = ptx::smem_u32(sQ0 + st * T::kBlockM * S::kStrideQK);
         const u32 adO = ptx::smem_u32(sdO0 + st * T::kBlockM * S::kStrideV);
         const float* sLse = sLse0 + st * T::kBlockM;
@@ -234,12 +235,24 @@ __device__ __forceinline__ void flash_bwd_main(const BwdParams& p) {
             for (int mi = 0; mi < kSdpMI; ++mi) {
                 const int r_local = sm * S::kSdpM + 16 * mi + g;
                 const float lse2[2] = {sLse[r_local], sLse[r_local + 8]};
+                // kAlibi: the row's distance from its diagonal to this lane's first key, formed once.
+                const float alibi_row = T::kAlibi ? float(n0 + sn * S::kSdpNP * 16 + t2 - (m0 + r_local) - mask.shift())
+                                                  : 0.f;
 #pragma unroll
                 for (int nb = 0; nb < S::kSdpNP * 2; ++nb) {
                     const int c_local = sn * S::kSdpNP * 16 + nb * 8 + t2;
                     float pr[4];
+                    if constexpr (T::kAlibi) {  // the bias in the exponent: s stays the capped score (the cap's slope)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) pr[e] = ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
+                        for (int e = 0; e < 4; ++e) {
+                            const float dist = fabsf(alibi_row + float(nb * 8 + (e & 1) - 8 * (e >> 1)));
+                            pr[e] = ptx::fast_exp2((s[mi][nb][e] - alibi * dist) * p.scale_log2 - lse2[e >> 1]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            pr[e] = ptx::fast_exp2(s[mi][nb][e] * p.scale_log2 - lse2[e >> 1]);
+                    }
                     const u32 top = ptx::pack2<T::kBF16>(pr[0], pr[1]), bottom = ptx::pack2<T::kBF16>(pr[2], pr[3]);
                     store_rows(sP, r_local, c_local, top, bottom);
                     if constexpr (T::kSoftcap) {

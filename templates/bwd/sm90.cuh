@@ -109,11 +109,14 @@ __device__ __forceinline__ void bwd_scores_t(float (&d)[kNB][4], u32 a, u32 b, i
 // P^T = exp2(S^T * scale_log2 - LSE2[query]), 0 where the mask hides the key (`masked`: the block meets the mask's
 // edge; shift: mask.shift()), packed to 16 bits as dV's A fragments (and the value dS is computed from, as
 // bwd/mma.cuh). kSoftcap: S^T is capped first (t = tanh(S^T * softcap_scale)), and capped(nb, p, t) gets each 8-query
-// block's P^T and t (4 of each), for dS's factor P^T * (1 - t^2): the bwd_capped_* below.
-template <bool kBF16, bool kSoftcap, int kNB, class Mask, class Capped>
+// block's P^T and t (4 of each), for dS's factor P^T * (1 - t^2): the bwd_capped_* below. kAlibi: t loses alibi *
+// |key - (query + shift)| before the exponential (common/mask.cuh's apply_alibi; the slope is of t, not of the bias).
+template <bool kBF16, bool kSoftcap, bool kAlibi, int kNB, class Mask, class Capped>
 __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4], const float* sLse, const BwdParams& p,
                                         const Mask& mask, bool masked, int key0, int m0, int shift, int t2,
-                                        Capped&& capped) {
+                                        float alibi, Capped&& capped) {
+    // kAlibi: key0 - (m0 + t2 + shift), formed once; each element's distance adds a constant.
+    const float kbase = kAlibi ? float(key0 - m0 - t2 - shift) : 0.f;
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
         const int c = nb * 8 + t2;
@@ -123,7 +126,9 @@ __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4
         for (int e = 0; e < 4; ++e) {
             t[e] = s[nb][e];
             if constexpr (kSoftcap) t[e] = ptx::tanh_approx(t[e] * p.softcap_scale);
-            float x = t[e] * p.scale_log2 - lse2[e & 1];
+            float u = t[e];
+            if constexpr (kAlibi) u -= alibi * fabsf(kbase + float(8 * (e >> 1) - (e & 1) - nb * 8));
+            float x = u * p.scale_log2 - lse2[e & 1];
             if (masked && mask.hides(m0 + c + (e & 1) + shift, key0 + 8 * (e >> 1))) x = neg_inf();
             s[nb][e] = ptx::fast_exp2(x);
         }
@@ -393,8 +398,9 @@ __device__ __forceinline__ void flash_bwd_sm90(const BwdParams& p) {
         const int shift = mask.shift();
         const int ds_row = wg * 64 + wq * 16 + g;
         u32 pa[T::kBlockM / 16][4];
-        detail::bwd_p_t<T::kBF16, T::kSoftcap>(s, pa, sLse, p, mask, masked, key0, m0, shift, t2,
-                                               detail::bwd_capped_smem_t<T::kBF16, LdS>(sdS, ds_row, t2));
+        detail::bwd_p_t<T::kBF16, T::kSoftcap, T::kAlibi>(s, pa, sLse, p, mask, masked, key0, m0, shift, t2,
+                                                          detail::alibi_factor<T::kAlibi>(p, batch, head),
+                                                          detail::bwd_capped_smem_t<T::kBF16, LdS>(sdS, ds_row, t2));
 
         // dP^T = V dO^T; dS^T = P^T * (dP^T - D[query]), packed as dK's A fragments and stored to shared memory
         // for dQ.

@@ -527,8 +527,9 @@ __device__ __forceinline__ void flash_bwd_sm90_ws(const BwdParamsTma& pt) {
         if constexpr (T::kSoftcap) dp_in();
         const bool masked = mask.edge(n0, m0);
         u32 pa[T::kBlockM / 16][4];
-        detail::bwd_p_t<T::kBF16, T::kSoftcap>(s, pa, sLse, p, mask, masked, key0, m0, mask.shift(), t2,
-                                               detail::bwd_capped_ds_t(dp, sD, t2));
+        detail::bwd_p_t<T::kBF16, T::kSoftcap, T::kAlibi>(s, pa, sLse, p, mask, masked, key0, m0, mask.shift(), t2,
+                                                          detail::alibi_factor<T::kAlibi>(p, batch, head),
+                                                          detail::bwd_capped_ds_t(dp, sD, t2));
         if constexpr (!T::kSoftcap) dp_in();
         u32 dsa[T::kBlockM / 16][4];
         // Lagged: the buffer's last reader, step i - 2's dQ (issued in step i - 1), done in every warp.

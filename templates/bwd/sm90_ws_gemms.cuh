@@ -177,8 +177,9 @@ __device__ __forceinline__ void bwd_ws_by_gemm(const BwdParams& p, const ByGemmC
             const bool masked = mask.edge(c.n0, m0);
             // The other warpgroup's dS takes P^T, softcapped times the cap's slope (packed as P^T: psa).
             u32 pa[kPairs][4], psa[kPairs][4];
-            bwd_p_t<T::kBF16, T::kSoftcap>(s, pa, c.sLse0 + st * T::kBlockM, p, mask, masked, key0, m0, mask.shift(),
-                                           t2, bwd_capped_ps_t<T::kBF16>(psa));
+            bwd_p_t<T::kBF16, T::kSoftcap, T::kAlibi>(s, pa, c.sLse0 + st * T::kBlockM, p, mask, masked, key0, m0,
+                                                      mask.shift(), t2, alibi_factor<T::kAlibi>(p, c.batch, head),
+                                                      bwd_capped_ps_t<T::kBF16>(psa));
             const u32(&ph)[kPairs][4] = T::kSoftcap ? psa : pa;
 #pragma unroll
             for (int k = 0; k < kPairs; ++k) c.sX[k * 128 + ctid] = make_uint4(ph[k][0], ph[k][1], ph[k][2], ph[k][3]);

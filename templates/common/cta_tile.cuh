@@ -21,6 +21,7 @@ struct CtaTile {
     int n_blocks;  // how many it visits, from n_first (causal: none right of the diagonal)
     int seqlen_q, seqlen_k;  // this sequence's
     int k_begin;   // its first key row in packed K/V (varlen; 0 when dense): TMA coordinates count from there
+    float alibi;   // kAlibi: the head's factor (alibi_factor)
 };
 
 // Which tile: query block `m_block` of query head `head` in sequence `batch`.
@@ -55,6 +56,7 @@ __device__ __forceinline__ CtaTile cta_tile_of(const FwdParams& p, int head, int
     const auto mask = mask_of<T>(s.seqlen_q, s.seqlen_k, p);
     t.n_first = mask.first_kv_block(t.q0);
     t.n_blocks = mask.kv_blocks(t.q0) - t.n_first;
+    t.alibi = alibi_factor<T::kAlibi>(p, batch, head);
     return t;
 }
 

@@ -173,6 +173,36 @@ __device__ __forceinline__ void apply_mask(const Mask& mask, float (&s)[kMT][kNB
         }
 }
 
+// ALiBi (kOn: the traits' kAlibi): the score of query row r and key c loses factor * |c - (r + shift)| (FlashAttention's
+// alibi_slopes rule, bottom-right aligned: shift = seqlen_k - seqlen_q), factor = the head's slope over the softmax's
+// scale, in the units the scores have here (raw, or capped). On every block, before the mask. Each row's distance to
+// this lane's first column is formed once; per element, one add of a constant and one FMA.
+template <bool kOn, int kMT, int kNB>
+__device__ __forceinline__ void apply_alibi(float (&s)[kMT][kNB][4], float factor, int n0, int row0, int lane,
+                                            int shift) {
+    if constexpr (kOn) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + mt * 16 + (lane >> 2) + h * 8;
+                const float base = float(n0 + 2 * (lane & 3) - row - shift);
+#pragma unroll
+                for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        s[mt][nb][2 * h + e] -= factor * fabsf(base + float(nb * 8 + e));
+            }
+    }
+}
+// The factor of a (sequence, query head): its slope (alibi_slopes[batch * alibi_batch_stride + head]) over the
+// softmax's scale (p.alibi_scale); 0 without ALiBi.
+template <bool kOn, class P>
+__device__ __forceinline__ float alibi_factor(const P& p, int batch, int head) {
+    if constexpr (kOn) return p.alibi_slopes[(long long)batch * p.alibi_batch_stride + head] * p.alibi_scale;
+    return 0.f;
+}
+
 // Decode's mask (rows are not consecutive queries there): sets to -inf the scores at or past each row's first hidden key. col0: the key of this lane's first column;
 // visible(mt, h): the keys this lane's row (tile mt, half h) sees are those below it; with kFloor (a window), also
 // at or past from(mt, h). Every element then compares a constant (8 * nb + e) against one register per row, instead

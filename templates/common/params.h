@@ -45,6 +45,11 @@ struct FwdParams {
     // Softcap (kSoftcap): a raw score x becomes tanh(x * softcap_scale), softcap_scale = softmax_scale / softcap, and
     // scale / scale_log2 above are softcap and softcap * log2(e): the softmax and LSE then see softcap * tanh(...).
     float softcap_scale;
+    // ALiBi (kAlibi): slopes [batch, heads_q] with alibi_batch_stride between sequences (0: one row for all), and
+    // 1 / scale (the scale above), which puts a slope in the units of the scores before scale_log2.
+    const float* alibi_slopes;
+    long long alibi_batch_stride;
+    float alibi_scale;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -93,6 +98,10 @@ struct BwdParams {
     // (P as the forward's); scale stays softmax_scale, the factor dQ and dK take (the cap's slope 1 - tanh^2 joins
     // dS).
     float softcap_scale;
+    // ALiBi (kAlibi), as FwdParams; alibi_scale is 1 / the softmax's scale (the cap's, softcapped), not of `scale`.
+    const float* alibi_slopes;
+    long long alibi_batch_stride;
+    float alibi_scale;
 };
 
 // Parameters of the decode kernels (dec/mma.cuh). A CTA serves one (split, KV head, row block, sequence): its rows

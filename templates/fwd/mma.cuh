@@ -238,6 +238,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         }
 
         detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
+        detail::apply_alibi<T::kAlibi>(s, cta.alibi, n0, q0 + warp_row0, lane, mask.shift());
         if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp_row0, lane);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
         if constexpr (T::kKVApart) {

@@ -600,6 +600,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
             const int n0 = (cta.n_first + j) * T::kBlockN;
             detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
+            detail::apply_alibi<T::kAlibi>(s, cta.alibi, n0, q0 + warp * 16, lane, mask.shift());
             if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp * 16, lane);
             detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
         };

@@ -106,7 +106,11 @@ std::vector<Variant> variants(const BenchOptions& o) {
         parse_window(w);  // refused here, before any shape or kernel is prepared
         for (const auto& s : o.sinks) {
             if (s != "off" && s != "on") throw Error(fmt::format("--sinks: {} is not off or on", s));
-            for (float cap : caps) out.push_back({w, s == "on", cap});
+            for (float cap : caps)
+                for (const auto& a : o.alibi) {
+                    if (a != "off" && a != "on") throw Error(fmt::format("--alibi: {} is not off or on", a));
+                    out.push_back({w, s == "on", cap, a == "on"});
+                }
         }
     }
     return out;
@@ -117,6 +121,14 @@ driver::DeviceBuffer sink_logits(int heads) {
     // Around log(keys) of the shapes timed, so the sink neither vanishes nor takes every row.
     std::vector<float> v(std::size_t(std::max(heads, 1)));
     for (std::size_t h = 0; h < v.size(); ++h) v[h] = 4.f + 0.25f * float(h % 8);
+    driver::DeviceBuffer buf(v.size() * 4);
+    buf.upload(v.data(), v.size() * 4);
+    return buf;
+}
+
+driver::DeviceBuffer alibi_slopes(int heads) {
+    std::vector<float> v(std::size_t(std::max(heads, 1)));
+    for (std::size_t h = 0; h < v.size(); ++h) v[h] = std::exp2(-8.f * float(h + 1) / float(v.size()));
     driver::DeviceBuffer buf(v.size() * 4);
     buf.upload(v.data(), v.size() * 4);
     return buf;
@@ -135,6 +147,7 @@ struct BufferSet {
     driver::DeviceBuffer dout, dq, dk, dv, workspace;  // backward only
     driver::DeviceBuffer cu_seqlens;                   // varlen only
     driver::DeviceBuffer sinks, dsinks;                // sinks variants only
+    driver::DeviceBuffer alibi;                        // ALiBi variants only
 };
 
 int heads_for(int d, const BenchOptions& o) {
@@ -160,6 +173,7 @@ struct Case {
     std::string window;  // "L:R" for a local kernel, empty for the plain mask
     bool sinks = false;
     float softcap = 0;
+    bool alibi = false;
 };
 
 double attention_flops(double sq, double sk, int heads, int d, bool causal, bool backward,
@@ -191,6 +205,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
     c.sinks = c.config.sinks = variant.sinks;
     c.softcap = variant.softcap;
     c.config.softcap = c.softcap > 0;
+    c.alibi = c.config.alibi = variant.alibi;
     c.d = d, c.S = S, c.causal = causal, c.dtype = dt;
     c.config.head_dim_qk = d;
     c.config.dtype = dtype_from_string(dt);
@@ -234,6 +249,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         a.seqlen_q = a.seqlen_k = longest;
         if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
         a.softcap = c.softcap;
+        if (c.alibi) s.alibi = alibi_slopes(H), a.alibi_slopes = static_cast<const float*>(s.alibi.get());
         if (c.sinks) {
             s.sinks = sink_logits(H), s.dsinks = driver::DeviceBuffer(std::size_t(H) * 4);
             a.sinks = static_cast<const float*>(s.sinks.get());
@@ -261,6 +277,7 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
         b.window_size_left = a.window_size_left, b.window_size_right = a.window_size_right;
         if (c.sinks) b.sinks = a.sinks, b.dsinks = static_cast<float*>(s.dsinks.get());
         b.softcap = a.softcap;
+        b.alibi_slopes = a.alibi_slopes;
         b.cu_seqlens_q = a.cu_seqlens_q, b.cu_seqlens_k = a.cu_seqlens_k, b.total_q = a.total_q, b.total_k = a.total_k;
         b.workspace_bytes = c.backward.workspace_bytes(B, longest, longest);
         s.workspace = driver::DeviceBuffer(b.workspace_bytes);
@@ -319,6 +336,7 @@ nlohmann::ordered_json result(const Case& c) {
     if (!c.window.empty()) j["window"] = c.window;
     if (c.sinks) j["sinks"] = true;
     if (c.softcap > 0) j["softcap"] = c.softcap;
+    if (c.alibi) j["alibi"] = true;
     return j;
 }
 
@@ -331,7 +349,8 @@ void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
                j["kernel"].get<std::string>() +
                    (j.contains("window") ? ", window " + j["window"].get<std::string>() : std::string()) +
                    (j.contains("sinks") ? ", sinks" : "") +
-                   (j.contains("softcap") ? fmt::format(", softcap {}", j["softcap"].get<double>()) : ""));
+                   (j.contains("softcap") ? fmt::format(", softcap {}", j["softcap"].get<double>()) : "") +
+                   (j.contains("alibi") ? ", alibi" : ""));
     std::fflush(out);
 }
 
@@ -551,6 +570,10 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
         ->delimiter(',');
     cmd->add_option("--softcap", o->softcaps,
                     "off and/or caps > 0: each times a softcap kernel with that cap (default off)")
+        ->delimiter(',');
+    cmd->add_option("--alibi", o->alibi,
+                    "off and/or on: on times an ALiBi kernel (BLOOM's slopes per head; not with --decode) (default "
+                    "off)")
         ->delimiter(',');
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa, range] {

@@ -54,6 +54,9 @@ struct BenchOptions {
     std::vector<std::string> sinks = {"off"};
     // --softcap: off and/or caps (> 0), each a softcap kernel (the cap a call argument).
     std::vector<std::string> softcaps = {"off"};
+    // --alibi: off and/or on; on times an ALiBi kernel (BLOOM's slopes per head, a call argument; prefill and
+    // backward: decode has no ALiBi).
+    std::vector<std::string> alibi = {"off"};
 };
 
 // --head-dim-range "lo:hi:step" (e.g. 32:256:4): the head dims lo, lo+step, ..., up to hi, each 1..256.
@@ -70,10 +73,13 @@ struct Variant {
     std::string window;
     bool sinks = false;
     float softcap = 0;  // 0: off
+    bool alibi = false;
 };
 std::vector<Variant> variants(const BenchOptions& o);
 // A sinks variant's device float32 [heads] sink logits (the same every run).
 driver::DeviceBuffer sink_logits(int heads);
+// An ALiBi variant's device float32 [heads] slopes: BLOOM's, 2^(-8 (h + 1) / heads).
+driver::DeviceBuffer alibi_slopes(int heads);
 void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_json rows);
 int run_decode_bench(const BenchOptions& o);
 

@@ -214,6 +214,8 @@ int run_decode_bench(const BenchOptions& o) {
         rows.push_back(std::move(j));
     };
     const std::vector<Variant> all_variants = variants(o);  // a bad --window/--sinks/--softcap: refused once
+    for (const Variant& v : all_variants)
+        if (v.alibi) throw Error("--alibi: the decode kernels have no ALiBi yet (time it as a prefill: no --decode)");
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
             for (const auto& text : o.decode_shapes)

@@ -73,6 +73,8 @@ void add_config_flags(CLI::App* app, ConfigFlagOptions& o, bool lists) {
                   "attention sinks: a per-head logit, given per call, in every softmax denominator (gpt-oss)");
     app->add_flag("--softcap", o.flags.softcap,
                   "logit softcapping: scores cap * tanh(score / cap), the cap given per call (Gemma 2)");
+    app->add_flag("--alibi", o.flags.alibi,
+                  "ALiBi: scores minus slope * distance from the diagonal, the slopes given per call (MPT, BLOOM)");
 }
 
 const tool::ExpandOptions& resolve_arch() {

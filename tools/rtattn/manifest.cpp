@@ -56,7 +56,7 @@ struct Origin {
             {"num_heads_kv", "--heads-kv"}, {"softmax_scale", "--softmax-scale"}, {"arch", "--arch"},
             {"pass", "--pass"},           {"decode", "--decode"},         {"paged_kv", "--paged-kv"},
             {"varlen", "--varlen"},       {"local", "--local"},
-            {"sinks", "--sinks"},         {"softcap", "--softcap"}};
+            {"sinks", "--sinks"},         {"softcap", "--softcap"},     {"alibi", "--alibi"}};
         const auto it = flag_of.find(field);
         return it != flag_of.end() ? it->second : "command line";
     }
@@ -260,7 +260,7 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
 
 bool ConfigFlags::any_shape_flag() const {
     return !head_dims.empty() || head_dim_v || !dtypes.empty() || !causal.empty() || heads_q || heads_kv ||
-           softmax_scale || decode || paged_kv || varlen || local || sinks || softcap;
+           softmax_scale || decode || paged_kv || varlen || local || sinks || softcap || alibi;
 }
 
 std::vector<AttentionConfig> expand_flags(const ConfigFlags& f, const ExpandOptions& opts) {
@@ -288,6 +288,7 @@ Expanded expand_flag_passes(const ConfigFlags& f, const ExpandOptions& opts) {
     if (f.local) entry["local"] = true;
     if (f.sinks) entry["sinks"] = true;
     if (f.softcap) entry["softcap"] = true;
+    if (f.alibi) entry["alibi"] = true;
     std::uint64_t expanded = 0;
     return expand_entry(entry, {{}, opts.current_arch, opts.pass}, origin, &expanded);
 }

@@ -95,7 +95,7 @@ struct ConfigFlags {
     std::optional<double> softmax_scale;
     std::vector<std::string> archs;
     bool decode = false, paged_kv = false, varlen = false, local = false;  // --decode, --paged-kv, --varlen, --local
-    bool sinks = false, softcap = false;                                   // --sinks, --softcap
+    bool sinks = false, softcap = false, alibi = false;                    // --sinks, --softcap, --alibi
 
     // Whether any flag that shapes a config (everything but --arch) was given.
     bool any_shape_flag() const;
