@@ -109,10 +109,11 @@ Runtime& runtime() {
 
 
 // Compiles every kernel the tables need, in parallel, once. The cubin depends only on the head dims, dtype, causal,
-// local, sinks, softcap, alibi and whether the kv heads make packed K/V rows 16-byte multiples (plan::kv_rows_16b; the other
-// head counts, the scale, a window's bounds, the sinks' values, the cap and the slopes are launch parameters), so one get() per
-// such tuple fills the Runtime's memory cache and the cases' own get() calls are hits. A compile failure here is not
-// reported: the case that needs the kernel calls get() again and fails with the config in its message.
+// local, sinks, softcap, alibi and whether the kv heads make packed K/V rows 16-byte multiples (plan::kv_rows_16b;
+// the other head counts, the scale, a window's bounds, the sinks' values, the cap and the slopes are launch
+// parameters), so one get() per such tuple fills the Runtime's memory cache and the cases' own get() calls are hits.
+// A compile failure here is not reported: the case that needs the kernel calls get() again and fails with the config
+// in its message.
 void warm(const std::vector<std::vector<Case>>& tables) {
     static std::once_flag once;
     std::call_once(once, [&] {

@@ -204,7 +204,8 @@ ForwardArgs DeviceProblem::args(const Problem& p) const {
     a.window_size_left = p.c.window_left, a.window_size_right = p.c.window_right;
     if (p.c.sinks) a.sinks = static_cast<const float*>(sinks_.get());
     a.softcap = p.c.softcap;
-    if (p.c.alibi) a.alibi_slopes = static_cast<const float*>(alibi_.get()), a.alibi_slopes_batch_stride = p.alibi_stride();
+    if (p.c.alibi)
+        a.alibi_slopes = static_cast<const float*>(alibi_.get()), a.alibi_slopes_batch_stride = p.alibi_stride();
     return a;
 }
 

@@ -115,8 +115,9 @@ void reference_rows(const ReferenceProblem& p, const KvSlab& kv, int b, int h, i
             double dot = 0;
             for (int d = 0; d < dqk; ++d) dot += q[d] * kj[d];
             scores[j] = p.softcap > 0 ? p.softcap * std::tanh(dot * p.scale / p.softcap) : dot * p.scale;
-            if (!p.alibi.empty())
-                scores[j] -= p.alibi[std::size_t(b) * p.heads_q + h] * std::abs(double(j) - (i + p.seqlen_k - p.seqlen_q));
+            if (!p.alibi.empty())  // -slope * |j - diagonal|
+                scores[j] -= p.alibi[std::size_t(b) * p.heads_q + h] *
+                             std::abs(double(j) - (i + p.seqlen_k - p.seqlen_q));
             max_score = std::max(max_score, scores[j]);
         }
         if (sink) max_score = std::max(max_score, p.sinks[h]);

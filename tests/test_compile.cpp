@@ -241,7 +241,8 @@ TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, the backwa
             CHECK(out.ptxas.spill_store_bytes == 0);
             CHECK(out.ptxas.stack_bytes == 0);
         }
-    for (auto [arch, d] : {std::pair{"sm_80", 128}, {"sm_90a", 100}, {"sm_90a", 128}, {"sm_90a", 192}, {"sm_90a", 256}}) {
+    for (auto [arch, d] :
+         {std::pair{"sm_80", 128}, {"sm_90a", 100}, {"sm_90a", 128}, {"sm_90a", 192}, {"sm_90a", 256}}) {
         CAPTURE(arch, d);
         AttentionConfig c;
         c.head_dim_qk = d, c.arch = arch, c.dtype = rtattn::Dtype::bf16, c.alibi = true;

@@ -191,12 +191,14 @@ void check_alibi(const AttentionConfig& c, const float* slopes, std::int64_t bat
         return;
     }
     if (!slopes)
-        throw ArgumentError("alibi_slopes", fmt::format("is null; an ALiBi kernel needs each query head's slope (device "
-                                                        "float32 [{}] or [batch, {}])",
-                                                        c.num_heads_q, c.num_heads_q));
+        throw ArgumentError("alibi_slopes",
+                            fmt::format("is null; an ALiBi kernel needs each query head's slope (device float32 [{}] "
+                                        "or [batch, {}])",
+                                        c.num_heads_q, c.num_heads_q));
     if (!aligned(slopes, 4)) throw ArgumentError("alibi_slopes", "must be 4-byte aligned (float32)");
     // The kernels index batch * stride + head in 64 bits; rows may be padded, not overlapping.
-    if (batch_stride != 0 && (batch_stride < c.num_heads_q || batch_stride > (std::int64_t(1) << 40) / std::max(1, batch)))
+    const std::int64_t most = (std::int64_t(1) << 40) / std::max(1, batch);
+    if (batch_stride != 0 && (batch_stride < c.num_heads_q || batch_stride > most))
         throw ArgumentError("alibi_slopes_batch_stride",
                             fmt::format("{} is not allowed: 0 (one row of {} slopes for every sequence) or at least "
                                         "heads_q = {} (a row per sequence)",

@@ -173,10 +173,10 @@ __device__ __forceinline__ void apply_mask(const Mask& mask, float (&s)[kMT][kNB
         }
 }
 
-// ALiBi (kOn: the traits' kAlibi): the score of query row r and key c loses factor * |c - (r + shift)| (FlashAttention's
-// alibi_slopes rule, bottom-right aligned: shift = seqlen_k - seqlen_q), factor = the head's slope over the softmax's
-// scale, in the units the scores have here (raw, or capped). On every block, before the mask. Each row's distance to
-// this lane's first column is formed once; per element, one add of a constant and one FMA.
+// ALiBi (kOn: the traits' kAlibi): the score of query row r and key c loses factor * |c - (r + shift)|
+// (FlashAttention's alibi_slopes rule, bottom-right aligned: shift = seqlen_k - seqlen_q), factor = the head's slope
+// over the softmax's scale, in the units the scores have here (raw, or capped). On every block, before the mask. Each
+// row's distance to this lane's first column is formed once; per element, one add of a constant and one FMA.
 template <bool kOn, int kMT, int kNB>
 __device__ __forceinline__ void apply_alibi(float (&s)[kMT][kNB][4], float factor, int n0, int row0, int lane,
                                             int shift) {
