@@ -223,7 +223,8 @@ TEST_CASE("softcap kernels compile with 0 spills: every forward family, decode, 
     }
 }
 
-TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, the backward", "[compile][nvrtc][alibi]") {
+TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, decode, the backward",
+          "[compile][nvrtc][alibi]") {
     // The bias sits between the cap and the mask in each forward family (fwd_mma on sm_80, fwd_sm90_ws whole, split
     // d132 and shifted d100 rows, persistent d128, varlen). The backward's bias joins P's exponent: the mma.sync kernel
     // (sm_80 d128; sm_90a d100, 255 registers before), the warp-specialized one at 64 queries a step (d128), the wide
@@ -252,6 +253,21 @@ TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, the backwa
         INFO("NVRTC log:\n" << bwd.out.log);
         check_backward_entries(bwd);
     }
+    // Decode: each packed row its own slope and position (GQA groups of 4 and 8 tokens; d132 with one kv head, whose
+    // rows alternate rotation by key parity; a paged d256 with a cap). d256 on sm_90a (3 tiles in the ring, 255
+    // registers without ALiBi) spills 16 bytes.
+    for (const char* arch : {"sm_80", "sm_90a"})
+        for (auto [d, hq, hkv] : {std::tuple{64, 32, 8}, {128, 32, 8}, {132, 16, 1}, {256, 8, 1}}) {
+            CAPTURE(arch, d, hq, hkv);
+            AttentionConfig c;
+            c.head_dim_qk = d, c.arch = arch, c.dtype = rtattn::Dtype::bf16, c.decode = true, c.causal = d != 64;
+            c.num_heads_q = hq, c.num_heads_kv = hkv, c.alibi = true, c.softcap = c.paged_kv = d == 256;
+            const auto out = rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
+            INFO("NVRTC log:\n" << out.log);
+            const int spill = d == 256 && std::string(arch) == "sm_90a" ? 16 : 0;
+            CHECK(out.ptxas.spill_store_bytes <= spill);
+            CHECK(out.ptxas.stack_bytes <= spill);
+        }
 }
 
 TEST_CASE("odd and mixed head dims compile too", "[compile][nvrtc]") {

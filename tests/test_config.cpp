@@ -267,7 +267,7 @@ TEST_CASE("softcap: a boolean, for every forward pass", "[config][softcap]") {
     CHECK(AttentionConfig::from_json(j.to_json()) == j);
 }
 
-TEST_CASE("alibi: a boolean; decode kernels refuse it for now", "[config][alibi]") {
+TEST_CASE("alibi: a boolean, planned in every pass", "[config][alibi]") {
     AttentionConfig c;
     c.alibi = true;
     CHECK_NOTHROW(c.validate());
@@ -280,13 +280,8 @@ TEST_CASE("alibi: a boolean; decode kernels refuse it for now", "[config][alibi]
     CHECK(json_error(R"({"head_dim": 64, "alibi": [0.5]})").first == "alibi");  // the flag; the slopes are per call
     AttentionConfig d;
     d.head_dim_qk = 128, d.arch = "sm_90a", d.decode = true, d.alibi = true;
-    try {
-        rtattn::plan::plan(d);
-        FAIL("a decode plan with ALiBi");
-    } catch (const rtattn::ConfigError& e) {
-        CHECK(e.field() == "alibi");
-    }
-    d.decode = false, d.paged_kv = true;  // a prefill against a paged cache has it
+    CHECK(rtattn::plan::plan(d).mask.alibi);
+    d.decode = false, d.paged_kv = true, d.alibi = true;  // a prefill against a paged cache has it
     CHECK(rtattn::plan::plan(d).mask.alibi);
 }
 

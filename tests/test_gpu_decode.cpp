@@ -40,6 +40,7 @@ struct DecodeCase {
     int window_left = -1, window_right = -1;
     bool sinks = false;              // config.sinks: each query head's sink logit, drawn with the inputs
     float softcap = 0;               // > 0: config.softcap and the call's cap
+    int alibi = 0;                   // config.alibi; slopes 1: [heads_q], 2: [batch, heads_q] rows heads_q + 3 apart
 
     int batch() const { return int(lens.size()); }
     int queries(int b) const { return q_lens.empty() ? seqlen_q : q_lens[b]; }
@@ -69,6 +70,7 @@ struct DecodeCase {
         c.local = local;
         c.sinks = sinks;
         c.softcap = softcap > 0;
+        c.alibi = alibi > 0;
         if (test_arch()) c.arch = test_arch();
         return c;
     }
@@ -84,8 +86,10 @@ struct DecodeCase {
                            page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
                            num_splits) +
                (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
-               (softcap > 0 ? fmt::format(" softcap={}", softcap) : "");
+               (softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
+               (alibi ? alibi == 2 ? " alibi-per-batch" : " alibi" : "");
     }
+    std::int64_t alibi_stride() const { return alibi == 2 ? heads_q + 3 : 0; }
     std::uint32_t seed() const {
         std::uint32_t h = 2166136261u;
         for (unsigned char ch : describe()) h = (h ^ ch) * 16777619u;
@@ -110,6 +114,7 @@ struct DecodeProblem {
     int num_pages = 0;                     // paged: the pool's pages
     std::vector<HostSeq> seqs;
     std::vector<float> sinks;              // sinks cases: [heads_q]
+    std::vector<float> alibi;              // ALiBi cases: [heads_q], or [batch, alibi_stride()] (the gaps NaN)
 };
 
 // Paged: the pages on the device are preceded and followed by this many pages of NaN, so a read outside the pool
@@ -184,6 +189,13 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
     read_back_seqs(p);
     std::uniform_real_distribution<float> sink(-2.f, 8.f);  // below and above log(keys)
     for (int h = 0; c.sinks && h < c.heads_q; ++h) p.sinks.push_back(sink(rng));
+    if (c.alibi) {  // BLOOM's slopes run 2^-1 .. 2^-8 (8 heads): drawn in that range
+        std::uniform_real_distribution<float> log2_slope(-8.f, -1.f);
+        const int rows = c.alibi == 2 ? b_n : 1;
+        p.alibi.assign(std::size_t(rows) * std::max<std::int64_t>(c.alibi_stride(), hq), NAN);
+        for (int b = 0; b < rows; ++b)
+            for (int h = 0; h < hq; ++h) p.alibi[b * c.alibi_stride() + h] = std::exp2(log2_slope(rng));
+    }
     return p;
 }
 
@@ -208,6 +220,7 @@ Expected reference(const DecodeProblem& p) {
         r.window_left = c.window_left, r.window_right = c.window_right;
         r.sinks.assign(p.sinks.begin(), p.sinks.end());
         r.softcap = c.softcap;
+        for (int h = 0; c.alibi && h < c.heads_q; ++h) r.alibi.push_back(p.alibi[b * c.alibi_stride() + h]);
         r.q = {p.q.data() + std::size_t(c.q_row0(b)) * c.heads_q * c.d_qk, 0, std::int64_t(c.heads_q) * c.d_qk,
                c.d_qk};
         r.k = {p.seqs[b].k.data(), 0, std::int64_t(c.heads_kv) * c.d_qk, c.d_qk};
@@ -221,7 +234,7 @@ Expected reference(const DecodeProblem& p) {
 }
 
 struct DeviceDecode {
-    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q, sinks;
+    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q, sinks, alibi;
     ForwardArgs args;
 };
 
@@ -249,7 +262,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         if (!host.empty()) buf.upload(host.data(), host.size() * sizeof(host[0]));
         return buf;
     };
-    d.q = put(p.q), d.table = put(p.table), d.lens = put(p.c.lens), d.sinks = put(p.sinks);
+    d.q = put(p.q), d.table = put(p.table), d.lens = put(p.c.lens), d.sinks = put(p.sinks), d.alibi = put(p.alibi);
     upload_cache(d, p);
     d.o = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q * c.d_v + kGuard) * 2);
     d.lse = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q + kGuard) * 4);
@@ -281,6 +294,8 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
     a.window_size_left = c.window_left, a.window_size_right = c.window_right;
     if (c.sinks) a.sinks = static_cast<const float*>(d.sinks.get());
     a.softcap = c.softcap;
+    if (c.alibi)
+        a.alibi_slopes = static_cast<const float*>(d.alibi.get()), a.alibi_slopes_batch_stride = c.alibi_stride();
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
     a.workspace = d.ws.get(), a.workspace_bytes = ws;
@@ -526,6 +541,16 @@ TEST_CASE("decode and paged prefill with sliding windows: shorter and longer tha
     }
 }
 
+// The prefill kernel against a paged cache (chunked prefill), causal: packed query chunks, one empty and one of a
+// single token, a chunk longer than its sequence's keys.
+DecodeCase chunked_prefill() {
+    DecodeCase c;
+    c.prefill = true, c.causal = true, c.page_size = 16;
+    c.q_lens = {40, 1, 0, 130};
+    c.lens = {700, 129, 50, 2000};
+    return c;
+}
+
 TEST_CASE("decode and paged prefill with attention sinks: splits joined in the combine, empty caches",
           "[gpu][decode][sinks]") {
     SKIP_WITHOUT_GPU();
@@ -547,10 +572,8 @@ TEST_CASE("decode and paged prefill with attention sinks: splits joined in the c
         c.lens = {2000, 3, 129, 0, 700};
         run_case(c);
     }
-    DecodeCase c;  // the prefill kernel against a paged cache
-    c.prefill = true, c.causal = true, c.page_size = 16, c.sinks = true;
-    c.q_lens = {40, 1, 0, 130};
-    c.lens = {700, 129, 50, 2000};
+    DecodeCase c = chunked_prefill();
+    c.sinks = true;
     run_case(c);
 }
 
@@ -575,10 +598,42 @@ TEST_CASE("decode and paged prefill with softcapping: splits, pages, windows, si
         c.lens = {2000, 3, 129, 0, 700};
         run_case(c);
     }
-    DecodeCase c;  // the prefill kernel against a paged cache
-    c.prefill = true, c.causal = true, c.page_size = 16, c.softcap = 1.f;
-    c.q_lens = {40, 1, 0, 130};
-    c.lens = {700, 129, 50, 2000};
+    DecodeCase c = chunked_prefill();
+    c.softcap = 1.f;
+    run_case(c);
+}
+
+TEST_CASE("decode and paged prefill with ALiBi: per-head and per-sequence slopes, splits, parity rows, caps, windows",
+          "[gpu][decode][alibi]") {
+    SKIP_WITHOUT_GPU();
+    // Packed rows mix the group's heads (each row its own slope) and tokens (each its own position, non-causal tokens
+    // seeing keys past it); groups smaller than the row block (rows past it read no slope); rows by key parity (d132,
+    // one kv head: a slot is every other key); splits, pages, one-key pages; with a cap, a window and sinks.
+    struct Shape {
+        int d, hq, hkv, sq, ps, splits, alibi;
+        bool causal, local, sinks;
+        float cap;
+    };
+    for (const Shape& sh : {Shape{128, 8, 2, 1, 0, 1, 1, true, false, false, 0.f},
+                            Shape{128, 32, 8, 1, 16, 0, 2, true, false, false, 0.f},
+                            Shape{128, 8, 2, 4, 16, 3, 1, false, false, false, 0.f},
+                            Shape{64, 6, 3, 1, 64, 0, 2, false, false, true, 0.f},
+                            Shape{132, 16, 1, 3, 0, 2, 1, true, false, false, 0.f},
+                            Shape{132, 16, 1, 2, 0, 0, 2, false, false, false, 0.f},
+                            Shape{100, 12, 4, 5, 1, 0, 1, true, true, false, 1.f},
+                            Shape{256, 8, 1, 2, 16, 5, 2, true, false, false, 0.5f},
+                            Shape{80, 4, 4, 16, 0, 0, 1, false, false, false, 0.f}}) {
+        DecodeCase c;
+        c.d_qk = c.d_v = sh.d;
+        c.heads_q = sh.hq, c.heads_kv = sh.hkv, c.seqlen_q = sh.sq, c.causal = sh.causal;
+        c.page_size = sh.ps, c.num_splits = sh.splits;
+        c.alibi = sh.alibi, c.sinks = sh.sinks, c.softcap = sh.cap;
+        if (sh.local) c.local = true, c.window_left = 150, c.window_right = sh.causal ? -1 : 3;
+        c.lens = {2000, 3, 129, 0, 700};
+        run_case(c);
+    }
+    DecodeCase c = chunked_prefill();
+    c.alibi = 2;
     run_case(c);
 }
 

@@ -85,7 +85,7 @@ TEST_CASE("softcap: one trait and the program name of every pass", "[render][sof
     }
 }
 
-TEST_CASE("alibi: one trait and the program name of the prefill and backward passes", "[render][alibi]") {
+TEST_CASE("alibi: one trait and the program name of the prefill, decode and backward passes", "[render][alibi]") {
     for (bool alibi : {false, true})
         for (const char* arch : {"sm_90a", "sm_80"}) {
             CAPTURE(alibi, arch);
@@ -93,7 +93,9 @@ TEST_CASE("alibi: one trait and the program name of the prefill and backward pas
             c.head_dim_qk = 128, c.causal = true, c.alibi = alibi, c.arch = arch;
             const auto fwd = rtattn::kernels::render_plan(rtattn::plan::plan(c));
             const auto bwd = rtattn::kernels::render_backward(rtattn::plan::plan_backward(c));
-            for (const auto* r : {&fwd, &bwd}) {
+            c.decode = true;
+            const auto dec = rtattn::kernels::render_plan(rtattn::plan::plan(c));
+            for (const auto* r : {&fwd, &bwd, &dec}) {
                 CHECK(r->stub.find(std::string("kAlibi = ") + (alibi ? "true;" : "false;")) != std::string::npos);
                 CHECK((r->name.find("_alibi_") != std::string::npos) == alibi);
             }

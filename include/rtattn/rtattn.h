@@ -101,8 +101,8 @@ typedef struct rtattn_config {
                                 * paged prefill, decode, and the backward with the forward's cap) */
     int32_t alibi;             /* 0 or 1: ALiBi (MPT, BLOOM, Falcon): each scaled score of query i and key j loses
                                 * slope * |i + seqlen_k - seqlen_q - j| (after the cap), slope the call's
-                                * alibi_slopes per query head (and batch). Prefill, varlen, paged prefill, backward;
-                                * decode configs refuse it for now */
+                                * alibi_slopes per query head (and batch); i is a decode token's position among
+                                * its sequence's keys. Every pass (prefill, varlen, paged prefill, decode, backward) */
 } rtattn_config;
 
 RTATTN_API void rtattn_config_init(rtattn_config* config); /* defaults, and struct_size */

@@ -257,7 +257,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 # ---- decode from a KV cache ------------------------------------------------------------------------------------------
 
 def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits,
-                 window=(-1, -1), sinks=None, softcap=0.0):
+                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None):
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
@@ -271,7 +271,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
     decode = sq <= _DECODE_MAX_Q or block_table is None
     flags = (("decode",) if decode else ()) + (("paged_kv",) if block_table is not None else ())
     sinks = _sinks_f32(sinks)
-    flags += _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap)
+    flags += _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) + _alibi_flag(alibi_slopes)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
     ws_bytes = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
@@ -286,7 +286,8 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
                 batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
                 seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None, num_splits=num_splits,
                 workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **paged,
-                **_window_args(causal, *window), **_sinks_args(sinks), **_softcap_args(softcap))
+                **_window_args(causal, *window), **_sinks_args(sinks), **_softcap_args(softcap),
+                **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -295,15 +296,19 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
 def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
                 num_splits: int, window_left: int = -1, window_right: int = -1,
-                sinks: Optional[torch.Tensor] = None, softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+                sinks: Optional[torch.Tensor] = None, softcap: float = 0.0,
+                alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     return _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
-                      softmax_scale, num_splits, (window_left, window_right), sinks, _check_softcap(softcap))
+                      softmax_scale, num_splits, (window_left, window_right), sinks, _check_softcap(softcap),
+                      alibi_slopes)
 
 
 @_kvcache_op.register_fake
 def _kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, softmax_scale, num_splits,
-                  window_left=-1, window_right=-1, sinks=None, softcap=0.0):
+                  window_left=-1, window_right=-1, sinks=None, softcap=0.0, alibi_slopes=None):
     _check_softcap(softcap)
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -330,15 +335,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     right): a sliding window, as rtattn.attention's (each query token's own, its diagonal its position among the
     sequence's keys); the split-KV count stays the library's choice for the whole cache, its splits cut the window.
     sinks: [heads_q] attention sinks, as rtattn.attention's (gpt-oss's decode). softcap: logit softcapping, as
-    rtattn.attention's (Gemma 2's decode). alibi_slopes: taken for flash_attn_with_kvcache's signature, refused
-    while the decode kernels have no ALiBi (ArgumentError; give None)."""
-    # Refused first, before any other check: whatever else is wrong, this call could not run.
-    if alibi_slopes is not None:
-        raise ArgumentError("alibi_slopes: the decode kernels have no ALiBi yet; attention_with_kvcache takes "
-                            "alibi_slopes=None only (rtattn.attention and attention_varlen take slopes)",
-                            "alibi_slopes")
+    rtattn.attention's (Gemma 2's decode). alibi_slopes: ALiBi, float32 [heads_q] or [batch, heads_q] as
+    rtattn.attention's; a token's query position is its place among its sequence's keys (cache_seqlens - seqlen_q +
+    t), as flash_attn_with_kvcache's."""
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
+    _check_alibi(alibi_slopes, q, b, q.shape[2])
     if cache_seqlens is not None:
         _check_int32("cache_seqlens", cache_seqlens, q, b)
     if block_table is not None:
@@ -371,7 +373,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
     o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k,
-                                                     causal, softmax_scale, num_splits, *window, sinks, softcap)
+                                                     causal, softmax_scale, num_splits, *window, sinks, softcap,
+                                                     alibi_slopes)
     return (o, lse) if return_lse else o
 
 

@@ -1,7 +1,7 @@
 """rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
 packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
 table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each,
-ALiBi in varlen (its and softcap's gradients judged as test_torch_gpu's) and refused by the decode, cascade attention
+ALiBi in varlen (its and softcap's gradients judged as test_torch_gpu's) and in the decode, cascade attention
 through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming the argument."""
 import math
 
@@ -212,15 +212,26 @@ def test_varlen_alibi_through_the_ops_and_errors():
         assert e.value.field == "alibi_slopes"
 
 
-def test_kvcache_refuses_alibi_slopes():
-    # The decode kernels have no ALiBi yet: flash_attn_with_kvcache's argument is taken, and refused by name.
+def test_kvcache_alibi_through_the_op_and_errors():
+    # flash_attn_with_kvcache's alibi_slopes: the op called directly, under torch.compile, and bad slopes named.
     q = torch.randn(2, 1, 8, 64, device="cuda", dtype=torch.bfloat16)
     cache = torch.randn(2, 128, 2, 64, device="cuda", dtype=torch.bfloat16)
-    for slopes in (make_slopes(2, 8, 15), make_slopes(2, 8, 15, dims=2)):
-        with pytest.raises(rtattn.ArgumentError, match="no ALiBi") as e:
-            rtattn.attention_with_kvcache(q, cache, cache, alibi_slopes=slopes)
+    lens = torch.tensor([128, 50], dtype=torch.int32, device="cuda")
+    slopes = make_slopes(2, 8, 15, dims=2)
+    with torch.no_grad():
+        o = rtattn.attention_with_kvcache(q, cache, cache, lens, alibi_slopes=slopes)
+        o_op, _ = torch.ops.rtattn.attention_with_kvcache(q, cache, cache, lens, None, 128, False, None, 0, -1, -1,
+                                                          None, 0.0, slopes)
+        assert torch.equal(o, o_op)
+        step = torch.compile(lambda q: rtattn.attention_with_kvcache(q, cache, cache, lens, alibi_slopes=slopes),
+                             fullgraph=True)
+        assert torch.equal(step(q), o)
+        assert rel_err(rtattn.attention_with_kvcache(q, cache, cache, lens), o) > 0.05  # the slopes matter
+    for bad, match in ((torch.zeros(3, 8, device="cuda"), "shape"), (torch.zeros(4, device="cuda"), "shape"),
+                       (torch.zeros(8, dtype=torch.float16, device="cuda"), "float32"), (torch.zeros(8), "is on cpu")):
+        with pytest.raises(rtattn.ArgumentError, match=match) as e:
+            rtattn.attention_with_kvcache(q, cache, cache, lens, alibi_slopes=bad)
         assert e.value.field == "alibi_slopes"
-    assert rtattn.attention_with_kvcache(q, cache, cache, alibi_slopes=None).shape == q.shape
 
 
 def test_varlen_softcap_backward_through_the_ops_and_under_torch_compile():
@@ -323,28 +334,29 @@ def test_decode_from_a_kv_cache(page_size, causal, sq, window, sinks):
     check_decode(page_size, causal, sq, window, sinks)
 
 
-def check_decode(page_size, causal, sq, window, sinks, softcap=0.0, spread=1.0):
+def check_decode(page_size, causal, sq, window, sinks, softcap=0.0, spread=1.0, alibi=0):
     """O and LSE of decode (or a paged cache's chunked prefill) against float64 per sequence, with the library's
-    split count, a fixed one (3; the chunked prefill's 0) and one split. spread scales q (see make_capped)."""
+    split count, a fixed one (3; the chunked prefill's 0) and one split. spread scales q (see make_capped). alibi:
+    slopes [heads_q] (1) or [batch, heads_q] (2)."""
     lens = [1000, 5, 333, 2048, 77]
     if sinks:  # a sequence with no cached key: O = 0 and LSE = the sinks
         lens.append(0)
     q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, page_size, 32, 8, 128, torch.bfloat16, sq, seed=page_size)
     q = q * spread
     s = make_sinks(32, page_size + sq) if sinks else None
+    slopes = make_slopes(len(lens), 32, page_size + sq, alibi) if alibi else None
     with torch.no_grad():
-        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True,
-                                               window_size=window, sinks=s, softcap=softcap)
-        # A fixed split count (decode), or the chunked prefill's 0; and one split.
-        o3 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=3 if sq <= 16 else 0,
-                                           window_size=window, sinks=s, softcap=softcap)
-        o1 = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, num_splits=1,
-                                           window_size=window, sinks=s, softcap=softcap)
+        run = lambda **kw: rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, window_size=window,
+                                                         sinks=s, softcap=softcap, alibi_slopes=slopes, **kw)
+        o, lse = run(return_lse=True)
+        o3 = run(num_splits=3 if sq <= 16 else 0)  # a fixed split count (decode), or the chunked prefill's 0
+        o1 = run(num_splits=1)
     # The capped scores' LSE has the dense check's tolerance (tanh.approx adds about 2^-11 of each score).
-    tol = lse_tol(max(lens)) if softcap else 1e-3
+    tol = lse_tol(max(lens)) if softcap or alibi else 1e-3
     for i, n in enumerate(lens):
+        row = slopes if slopes is None or slopes.dim() == 1 else slopes[i]
         ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(128), window, s,
-                                        softcap)
+                                        softcap, torch.float64, row)
         assert rel_err(o[i:i + 1], ref_o) < TOL[torch.bfloat16]
         assert rel_err(o3[i:i + 1], ref_o) < TOL[torch.bfloat16]
         assert rel_err(o1[i:i + 1], ref_o) < TOL[torch.bfloat16]
@@ -360,6 +372,15 @@ def check_decode(page_size, causal, sq, window, sinks, softcap=0.0, spread=1.0):
 @pytest.mark.parametrize("softcap, spread", [(5.0, 3.0), (30.0, 1.0)])
 def test_decode_from_a_kv_cache_with_softcap(page_size, causal, sq, window, sinks, softcap, spread):
     check_decode(page_size, causal, sq, window, sinks, softcap, spread)
+
+
+@pytest.mark.parametrize("page_size, causal, sq, window, sinks, softcap, alibi", [
+    (0, False, 1, (-1, -1), False, 0.0, 1), (16, False, 1, (-1, -1), False, 0.0, 2),
+    (1, False, 3, (-1, -1), False, 0.0, 2), (0, True, 4, (-1, -1), False, 0.0, 2),
+    (16, True, 3, (128, -1), True, 0.0, 1), (0, False, 3, (40, 1), False, 5.0, 2),
+    (16, True, 100, (-1, -1), False, 0.0, 2), (64, True, 100, (70, 0), True, 5.0, 1)])
+def test_decode_from_a_kv_cache_with_alibi(page_size, causal, sq, window, sinks, softcap, alibi):
+    check_decode(page_size, causal, sq, window, sinks, softcap, 3.0 if softcap else 1.0, alibi)
 
 
 def test_decode_step_in_a_cuda_graph_and_compiled():

@@ -42,8 +42,8 @@ struct AttentionConfig {
     // softmax, softcap the call's value (> 0). Every pass (the backward takes the cap's slope 1 - tanh^2 in dS).
     bool softcap = false;
     // alibi: ALiBi (MPT, BLOOM, Falcon; FlashAttention's alibi_slopes): each scaled score of query i and key j loses
-    // slope * |i + seqlen_k - seqlen_q - j| (after the cap, if any), slope the call's per head (and batch). Prefill,
-    // varlen, paged prefill and the backward; decode refuses it for now.
+    // slope * |i + seqlen_k - seqlen_q - j| (after the cap, if any), slope the call's per head (and batch). Every
+    // pass (prefill, varlen, paged prefill, decode, backward).
     bool alibi = false;
 
     int dv() const noexcept { return head_dim_v.value_or(head_dim_qk); }

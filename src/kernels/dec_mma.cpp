@@ -132,6 +132,8 @@ public:
         prm.window_left = f.window_left, prm.window_right = f.window_right;
         prm.sinks = f.sinks;
         prm.softcap_scale = f.softcap_scale;
+        prm.alibi_slopes = f.alibi_slopes, prm.alibi_batch_stride = f.alibi_batch_stride;
+        prm.alibi_scale = f.alibi_scale;
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);

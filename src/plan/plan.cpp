@@ -53,10 +53,6 @@ template const arch::Arch& fill_problem(BackwardPlan&, const AttentionConfig&, i
 KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     KernelPlan p;
     if (c.decode) {
-        if (c.alibi)
-            throw ConfigError("alibi", "the decode kernels have no ALiBi yet (prefill, varlen, paged prefill and the "
-                                       "backward have): a decode step with ALiBi can run as a prefill against the "
-                                       "cache (decode false, paged_kv for a paged one)");
         const arch::Arch& ai = fill_problem(p, c, 16);
         p.paged_kv = c.paged_kv;
         p.kv_rows_16b = kv_rows_16b(c);

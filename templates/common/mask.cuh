@@ -173,27 +173,33 @@ __device__ __forceinline__ void apply_mask(const Mask& mask, float (&s)[kMT][kNB
         }
 }
 
+// The ALiBi bias on one thread's fragment: element e of column block nb of row (mt, h) loses
+// factor(mt, h) * |at(mt, h) + 8 * nb + e|, at(mt, h) being the row's distance (in column steps) to this lane's first
+// column. Per element, one add of a constant and one FMA.
+template <int kMT, int kNB, class Factor, class At>
+__device__ __forceinline__ void subtract_distance(float (&s)[kMT][kNB][4], Factor factor, At at) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float f = factor(mt, h), base = at(mt, h);
+#pragma unroll
+            for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) s[mt][nb][2 * h + e] -= f * fabsf(base + float(nb * 8 + e));
+        }
+}
+
 // ALiBi (kOn: the traits' kAlibi): the score of query row r and key c loses factor * |c - (r + shift)|
 // (FlashAttention's alibi_slopes rule, bottom-right aligned: shift = seqlen_k - seqlen_q), factor = the head's slope
-// over the softmax's scale, in the units the scores have here (raw, or capped). On every block, before the mask. Each
-// row's distance to this lane's first column is formed once; per element, one add of a constant and one FMA.
+// over the softmax's scale, in the units the scores have here (raw, or capped). On every block, before the mask.
 template <bool kOn, int kMT, int kNB>
 __device__ __forceinline__ void apply_alibi(float (&s)[kMT][kNB][4], float factor, int n0, int row0, int lane,
                                             int shift) {
-    if constexpr (kOn) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row0 + mt * 16 + (lane >> 2) + h * 8;
-                const float base = float(n0 + 2 * (lane & 3) - row - shift);
-#pragma unroll
-                for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        s[mt][nb][2 * h + e] -= factor * fabsf(base + float(nb * 8 + e));
-            }
-    }
+    if constexpr (kOn)
+        subtract_distance(s, [=](int, int) { return factor; }, [=](int mt, int h) {
+            return float(n0 + 2 * (lane & 3) - (row0 + mt * 16 + (lane >> 2) + h * 8) - shift);
+        });
 }
 // The factor of a (sequence, query head): its slope (alibi_slopes[batch * alibi_batch_stride + head]) over the
 // softmax's scale (p.alibi_scale); 0 without ALiBi.

@@ -135,6 +135,9 @@ struct DecParams {
     int window_left, window_right;
     const float* sinks;         // kSinks, as FwdParams; with splits the combine adds them
     float softcap_scale;        // kSoftcap, as FwdParams (scale, scale_log2 then the cap's)
+    const float* alibi_slopes;  // kAlibi, as FwdParams: token t's position is len - seqlen_q + t
+    long long alibi_batch_stride;
+    float alibi_scale;
 };
 
 // Parameters of the merge entry (common/merge.cuh): two attention states of the same rows and where the merged one

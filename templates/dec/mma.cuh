@@ -33,6 +33,7 @@ namespace rtattn {
 //   kPaged      K/V through a block table
 //   kAlternate  packed K/V rows of 4 mod 8 elements (an odd count of kv heads at d132): rows may alternate rotation
 //   kVecQK, kVecV
+//   kLocal, kSinks, kSoftcap, kAlibi   the mask's traits (plan/mask.hpp)
 template <class T>
 struct DecShape {
     static constexpr int kThreads = T::kWarps * 32;
@@ -214,6 +215,20 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
             const int i = row0 + mt * 16 + g + 8 * h;
             visible_shift[mt][h] = i % seqlen_q - seqlen_q + 1;
         }
+    // ALiBi: rows mix heads, so each row keeps its head's factor (slope / scale). Slot c holds key step * c + parity
+    // (step 2 by parity, else 1): |key - pos| = step * |c - (pos - parity) / step|, pos = len + visible_shift - 1.
+    float alibi_factor[T::kAlibi ? T::kMTiles : 1][2];
+    const float alibi_step = by_parity ? 0.5f : 1.f;  // 1 / step
+    if constexpr (T::kAlibi) {
+        const float* slopes = p.alibi_slopes + batch * p.alibi_batch_stride + kv_head * p.q_per_kv;
+#pragma unroll
+        for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = min(row0 + mt * 16 + g + 8 * h, group_rows - 1);  // past the group: any head's slope
+                alibi_factor[mt][h] = slopes[i / seqlen_q] * p.alibi_scale / alibi_step;
+            }
+    }
 
     float acc_o[T::kMTiles][S::kNV][4];
     float row_max[T::kMTiles][2], row_sum[T::kMTiles][2];
@@ -242,6 +257,12 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         // By parity, slot j of this warp's half holds key 2 j + parity: keys below L are slots below (L - parity + 1) / 2.
         auto slot_of = [&](int key) { return by_parity ? (key - parity + 1) >> 1 : key; };  // the first at or past key
         auto col0 = [&] { return (by_parity ? n0 / 2 + warp_key0 - parity * kHalf : n0 + warp_key0) + 2 * (lane & 3); };
+        if constexpr (T::kAlibi) {
+            const int pos0 = len - 1 - parity;  // the row's position less its visible_shift, less the parity
+            detail::subtract_distance(s, [&](int mt, int h) { return alibi_factor[mt][h]; }, [&](int mt, int h) {
+                return float(col0()) - float(pos0 + visible_shift[mt][h]) * alibi_step;
+            });
+        }
         if constexpr (T::kLocal) {
             // A window: token t sees keys len + visible_shift - 1 - left .. len + visible_shift - 1 + right (the host
             // holds right at 0 when causal, at most seqlen_q else).

@@ -572,8 +572,7 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
                     "off and/or caps > 0: each times a softcap kernel with that cap (default off)")
         ->delimiter(',');
     cmd->add_option("--alibi", o->alibi,
-                    "off and/or on: on times an ALiBi kernel (BLOOM's slopes per head; not with --decode) (default "
-                    "off)")
+                    "off and/or on: on times an ALiBi kernel (BLOOM's slopes per head) (default off)")
         ->delimiter(',');
     auto* gqa = cmd->get_option("--gqa");
     cmd->callback([&action, &g, o, causal, gqa, range] {

@@ -54,8 +54,7 @@ struct BenchOptions {
     std::vector<std::string> sinks = {"off"};
     // --softcap: off and/or caps (> 0), each a softcap kernel (the cap a call argument).
     std::vector<std::string> softcaps = {"off"};
-    // --alibi: off and/or on; on times an ALiBi kernel (BLOOM's slopes per head, a call argument; prefill and
-    // backward: decode has no ALiBi).
+    // --alibi: off and/or on; on times an ALiBi kernel (BLOOM's slopes per head, a call argument).
     std::vector<std::string> alibi = {"off"};
 };
 

@@ -42,7 +42,7 @@ struct DecodeCase {
     Kernel kernel;
     int splits = 1;
     struct Set {
-        driver::DeviceBuffer q, k, v, o, table, ws, sinks;
+        driver::DeviceBuffer q, k, v, o, table, ws, sinks, alibi;
         ForwardArgs args;
     } sets[2];
     std::vector<double> ms;
@@ -51,6 +51,7 @@ struct DecodeCase {
     std::string window;    // "L:R", or empty
     bool sinks = false;
     float softcap = 0;
+    bool alibi = false;
 
     // K and V bytes the step must read: each sequence's keys, or those its window spans (its tokens' windows
     // together: the last window_left + q keys).
@@ -79,6 +80,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     c.sinks = cfg.sinks = variant.sinks;
     c.softcap = variant.softcap;
     cfg.softcap = c.softcap > 0;
+    c.alibi = cfg.alibi = variant.alibi;
     if (!o.arch.empty()) cfg.arch = o.arch;
     c.kernel = rt.get(cfg);
     const int B = shape.batch, S = shape.keys;
@@ -127,6 +129,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
         if (bounds) a.window_size_left = bounds->first, a.window_size_right = bounds->second;
         if (c.sinks) s.sinks = sink_logits(c.H), a.sinks = static_cast<const float*>(s.sinks.get());
         a.softcap = c.softcap;
+        if (c.alibi) s.alibi = alibi_slopes(c.H), a.alibi_slopes = static_cast<const float*>(s.alibi.get());
         a.workspace_bytes = c.kernel.workspace_bytes(B, q, S, splits);
         s.ws = driver::DeviceBuffer(std::max<std::size_t>(a.workspace_bytes, 256));
         a.workspace = s.ws.get();
@@ -200,7 +203,8 @@ int run_decode_bench(const BenchOptions& o) {
                    c.d, c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
                    ms * 1e3, gbs, 100 * gbs / copy,
                    c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window) +
-                       (c.sinks ? ", sinks" : "") + (c.softcap > 0 ? fmt::format(", softcap {}", c.softcap) : ""));
+                       (c.sinks ? ", sinks" : "") + (c.softcap > 0 ? fmt::format(", softcap {}", c.softcap) : "") +
+                       (c.alibi ? ", alibi" : ""));
         std::fflush(table);
         nlohmann::ordered_json j;
         j["d"] = c.d, j["batch"] = c.shape.batch, j["keys"] = c.shape.keys, j["H"] = c.H, j["H_kv"] = c.Hkv;
@@ -211,11 +215,10 @@ int run_decode_bench(const BenchOptions& o) {
         if (!c.window.empty()) j["window"] = c.window, j["keys_read"] = c.keys_read();
         if (c.sinks) j["sinks"] = true;
         if (c.softcap > 0) j["softcap"] = c.softcap;
+        if (c.alibi) j["alibi"] = true;
         rows.push_back(std::move(j));
     };
     const std::vector<Variant> all_variants = variants(o);  // a bad --window/--sinks/--softcap: refused once
-    for (const Variant& v : all_variants)
-        if (v.alibi) throw Error("--alibi: the decode kernels have no ALiBi yet (time it as a prefill: no --decode)");
     for (const auto& dt : o.dtypes)
         for (int d : o.head_dims)
             for (const auto& text : o.decode_shapes)
