@@ -110,7 +110,7 @@ __device__ __forceinline__ void bwd_scores_t(float (&d)[kNB][4], u32 a, u32 b, i
 // edge; shift: mask.shift()), packed to 16 bits as dV's A fragments (and the value dS is computed from, as
 // bwd/mma.cuh). kSoftcap: S^T is capped first (t = tanh(S^T * softcap_scale)), and capped(nb, p, t) gets each 8-query
 // block's P^T and t (4 of each), for dS's factor P^T * (1 - t^2): the bwd_capped_* below. kAlibi: t loses alibi *
-// |key - (query + shift)| before the exponential (common/mask.cuh's apply_alibi; the slope is of t, not of the bias).
+// |key - (query + shift)| before the exponential (common/mask.cuh's ALiBi rule; the slope is of t, not of the bias).
 template <bool kBF16, bool kSoftcap, bool kAlibi, int kNB, class Mask, class Capped>
 __device__ __forceinline__ void bwd_p_t(float (&s)[kNB][4], u32 (&pa)[kNB / 2][4], const float* sLse, const BwdParams& p,
                                         const Mask& mask, bool masked, int key0, int m0, int shift, int t2,

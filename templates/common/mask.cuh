@@ -190,17 +190,63 @@ __device__ __forceinline__ void subtract_distance(float (&s)[kMT][kNB][4], Facto
         }
 }
 
-// ALiBi (kOn: the traits' kAlibi): the score of query row r and key c loses factor * |c - (r + shift)|
-// (FlashAttention's alibi_slopes rule, bottom-right aligned: shift = seqlen_k - seqlen_q), factor = the head's slope
-// over the softmax's scale, in the units the scores have here (raw, or capped). On every block, before the mask.
-template <bool kOn, int kMT, int kNB>
-__device__ __forceinline__ void apply_alibi(float (&s)[kMT][kNB][4], float factor, int n0, int row0, int lane,
-                                            int shift) {
-    if constexpr (kOn)
-        subtract_distance(s, [=](int, int) { return factor; }, [=](int mt, int h) {
-            return float(n0 + 2 * (lane & 3) - (row0 + mt * 16 + (lane >> 2) + h * 8) - shift);
-        });
-}
+// ALiBi (kOn: the traits' kAlibi) in the forward's blocks: the score of query row r and key c loses
+// factor * |c - (r + shift)| (FlashAttention's alibi_slopes rule, bottom-right aligned: shift = seqlen_k - seqlen_q),
+// factor = the head's slope over the softmax's scale, in the units the scores have here (raw, or capped). Before the
+// mask, on every block; one per warp, whose rows are row0 .. row0 + 16 kMT - 1 and whose fragment spans the block's
+// keys n0 .. n0 + 8 kNB - 1.
+// A block wholly left of every row's diagonal (or wholly right) has the bias linear in the key: there a row's scores
+// may carry a constant of its own, factor * (r - row0) (its negative right of the diagonal), which the softmax cannot
+// see, so each score takes one add of its column's term factor * (c - row0 - shift), formed once per column for all
+// the thread's rows, instead of an add and an FMA. The row maxima follow the block's constant (one FMA a row when it
+// changes, so O and the sums stay exact); settle() takes it out before the LSE and the sinks.
+template <bool kOn, int kMT>
+struct AlibiRows {
+    float factor;
+    int side = 0;  // the constant the row maxima carry now: +1 left of the diagonal, -1 right of it, 0 none
+
+    __device__ __forceinline__ explicit AlibiRows(float f) : factor(f) {}
+
+    template <int kNB>
+    __device__ __forceinline__ void apply(float (&s)[kMT][kNB][4], float (&row_max)[kMT][2], int n0, int row0,
+                                          int lane, int shift) {
+        if constexpr (kOn) {
+            const int diag0 = row0 + shift;
+            const int next = n0 + 8 * kNB - 1 <= diag0 ? 1 : n0 >= diag0 + 16 * kMT - 1 ? -1 : 0;
+            if (next != side) move_maxima(row_max, next - side, lane);
+            side = next;
+            if (next == 0) {
+                subtract_distance(s, [=](int, int) { return factor; }, [=](int mt, int h) {
+                    return float(n0 + 2 * (lane & 3) - diag0 - (mt * 16 + (lane >> 2) + h * 8));
+                });
+                return;
+            }
+            const float f = next * factor, base = f * float(n0 + 2 * (lane & 3) - diag0);
+#pragma unroll
+            for (int nb = 0; nb < kNB; ++nb)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float col = fmaf(f, float(nb * 8 + e), base);
+#pragma unroll
+                    for (int mt = 0; mt < kMT; ++mt) s[mt][nb][e] += col, s[mt][nb][2 + e] += col;
+                }
+        }
+    }
+    // After the last block: the row maxima back in the scores' own units.
+    __device__ __forceinline__ void settle(float (&row_max)[kMT][2], int lane) {
+        if constexpr (kOn)
+            if (side != 0) move_maxima(row_max, -side, lane), side = 0;
+    }
+
+  private:
+    __device__ __forceinline__ void move_maxima(float (&row_max)[kMT][2], int by, int lane) const {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                row_max[mt][h] = fmaf(by * factor, float(mt * 16 + (lane >> 2) + h * 8), row_max[mt][h]);
+    }
+};
 // The factor of a (sequence, query head): its slope (alibi_slopes[batch * alibi_batch_stride + head]) over the
 // softmax's scale (p.alibi_scale); 0 without ALiBi.
 template <bool kOn, class P>

@@ -193,6 +193,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         row_max[mt][0] = row_max[mt][1] = detail::neg_inf();
         row_sum[mt][0] = row_sum[mt][1] = 0.f;
     }
+    detail::AlibiRows<T::kAlibi, T::kMTiles> alibi(cta.alibi);
 
     for (int j = 0; j < n_blocks; ++j) {
         __syncthreads();  // every warp is done with the slot the next load overwrites
@@ -238,7 +239,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
         }
 
         detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
-        detail::apply_alibi<T::kAlibi>(s, cta.alibi, n0, q0 + warp_row0, lane, mask.shift());
+        alibi.apply(s, row_max, n0, q0 + warp_row0, lane, mask.shift());
         if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp_row0, lane);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
         if constexpr (T::kKVApart) {
@@ -278,6 +279,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
     const auto seq = detail::seq_info<T::kVarlen, T::kPaged>(p, blockIdx.z);  // again, not kept live through the loop
+    alibi.settle(row_max, lane);
     detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum,
                                                                                    sQ, warp_row0, q0, lane);
     __syncthreads();

@@ -104,6 +104,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     float acc_o[1][kNV][4];
     float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
     float row_sum[1][2] = {{0.f, 0.f}};
+    detail::AlibiRows<T::kAlibi, 1> alibi(cta.alibi);
 #pragma unroll
     for (int nb = 0; nb < kNV; ++nb)
 #pragma unroll
@@ -130,7 +131,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
         sm90::fence_regs<kNB * 4>(&s[0][0][0]);
 
         detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
-        detail::apply_alibi<T::kAlibi>(s, cta.alibi, n0, q0 + warp * 16, lane, mask.shift());
+        alibi.apply(s, row_max, n0, q0 + warp * 16, lane, mask.shift());
         if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp * 16, lane);
         detail::online_softmax(s, row_max, row_sum, acc_o, p.scale_log2);
 
@@ -146,6 +147,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
     const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
+    alibi.settle(row_max, lane);
     detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum, sQ,
                                                                           warp * 16, q0, lane);
     __syncthreads();

@@ -597,10 +597,11 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         // Scores of block j (landed in s) -> masked, statistics updated; `corr` is what O must be scaled by.
         float row_max[1][2] = {{detail::neg_inf(), detail::neg_inf()}};
         float row_sum[1][2] = {{0.f, 0.f}};
+        detail::AlibiRows<T::kAlibi, 1> alibi(cta.alibi);
         auto softmax_to_p = [&](float (&s)[1][kNB][4], int j, float (&corr)[1][2]) {
             const int n0 = (cta.n_first + j) * T::kBlockN;
             detail::apply_softcap<T::kSoftcap>(s, p.softcap_scale);
-            detail::apply_alibi<T::kAlibi>(s, cta.alibi, n0, q0 + warp * 16, lane, mask.shift());
+            alibi.apply(s, row_max, n0, q0 + warp * 16, lane, mask.shift());
             if (mask.needs_mask(n0, q0)) detail::apply_mask(mask, s, n0, q0 + warp * 16, lane);
             detail::softmax_update(s, row_max, row_sum, corr, p.scale_log2);
         };
@@ -690,6 +691,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         else
             ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
         const auto seq = detail::seq_info<T::kVarlen>(p, c.batch);  // again, rather than kept live through the loop
+        alibi.settle(row_max, lane);
         detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum, sO,
                                                                               warp * 16, q0, lane, c.head);
         ptx::bar_sync(sm90::kBarStage + wg, 128);
