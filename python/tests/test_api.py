@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import rtattn
+from conftest import gpu_unavailable
 from rtattn import _lib
 
 
@@ -159,7 +160,10 @@ def test_precompile_then_cached(cache_dir):
     info = rt.precompile(head_dim=132, causal=True, num_heads_q=16, num_heads_kv=4, arch="sm_90a")
     assert len(info.key) == 64 and info.arch == "sm_90a"
     assert (info.padded_qk, info.padded_v) == (144, 144)  # shifted rows on sm_90a (4 kv heads: 16-byte rows)
-    assert info.registers > 0 and info.spill_bytes == 0 and not info.from_cache
+    # Where a GPU driver is present, its JIT cache may serve the compile, and NVRTC then gives no ptxas report: both
+    # figures are unknown (-1) then, never a made-up count.
+    known = info.registers > 0 and info.spill_bytes == 0
+    assert (known or (info.registers == info.spill_bytes == -1 and not gpu_unavailable())) and not info.from_cache
     assert 0.9 < info.useful_flop_fraction < 1 and info.reason
     assert any(lvl == "info" and m.startswith("compiling d132") for lvl, m in lines)
     again = rt.precompile(rtattn.AttentionConfig(head_dim_qk=132, causal=True, num_heads_q=16, num_heads_kv=4,

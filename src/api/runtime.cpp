@@ -114,7 +114,10 @@ struct Runtime::Impl {
                 info["pass"] = b.pass;
                 info["plan"] = nlohmann::json::parse(b.plan_json);
                 info["registers"] = out.ptxas.registers;
-                info["spill_bytes"] = out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
+                // -1 (unknown) when NVRTC gave no ptxas report (the driver's JIT cache served the compile).
+                info["spill_bytes"] = out.ptxas.spill_store_bytes < 0 || out.ptxas.spill_load_bytes < 0
+                                          ? -1
+                                          : out.ptxas.spill_store_bytes + out.ptxas.spill_load_bytes;
                 info["compile_seconds"] = out.seconds;
                 info["nvrtc"] = compile::nvrtc_version();
                 info["library"] = RTATTN_VERSION;
