@@ -130,6 +130,13 @@ TEST_CASE("templates compile with 0 spills for the common head dims", "[compile]
             CHECK(out.ptxas.stack_bytes == 0);
         }
     }
+    // 99 KB of shared memory (sm_86, sm_89): d128 causal, whose one-stage tile of 64 keys spilled 4 bytes.
+    for (const char* arch : {"sm_86", "sm_89"}) {
+        CAPTURE(arch);
+        const auto out = build(128, arch, rtattn::Dtype::bf16, true);
+        CHECK(out.ptxas.spill_store_bytes == 0);
+        CHECK(out.ptxas.stack_bytes == 0);
+    }
 }
 
 TEST_CASE("sliding-window kernels compile with 0 spills, forward and backward", "[compile][nvrtc][local]") {

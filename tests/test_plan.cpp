@@ -358,6 +358,11 @@ TEST_CASE("smaller shared memory steps the plan down and says so", "[plan]") {
     CHECK(small.smem_bytes <= 99 * 1024);
     CHECK((small.stages < big.stages || small.block_n < big.block_n));
     CHECK(small.reason.find("stepped down") != std::string::npos);
+    // A narrower key tile before a single stage: d128 on 99 KB keeps two stages of 32 keys (one of 64 spilled).
+    for (const char* arch : {"sm_86", "sm_89"}) {
+        const auto p = plan(cfg(128, arch));
+        CHECK((p.block_m == 128 && p.block_n == 32 && p.stages == 2));
+    }
 }
 
 TEST_CASE("vector width follows head dim divisibility", "[plan]") {

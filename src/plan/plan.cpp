@@ -74,11 +74,17 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     p.family->settle(p);
 
     // Arches with less shared memory: narrow the key tile to 64 first (per-tile overhead grows, but the pipeline
-    // keeps hiding load latency), then give up pipeline depth, then narrow further.
+    // keeps hiding load latency), then to 32 before giving up the second stage (d128 on 99 KB: 128 x 32 with two
+    // stages, FlashAttention 2's sm8x shape, where one stage of 64 keys spilled at 255 registers), then give up
+    // pipeline depth, then narrow further.
     p.smem_bytes = p.family->smem_bytes(p);
     while (p.smem_bytes > ai.smem_optin) {
         if (p.block_n > 64)
             p.block_n = std::max(64, p.block_n / 32 * 16);  // halve, staying a multiple of 16
+        else if (p.stages > 2)
+            --p.stages;
+        else if (p.block_n > 32)
+            p.block_n /= 2;
         else if (p.stages > p.family->min_stages())
             --p.stages;
         else if (p.block_n > 16)
