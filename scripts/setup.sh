@@ -20,3 +20,4 @@ if [ -x "$build"/tests/readme_example ]; then
     *) echo "setup: the GPU demo failed (exit $rc)" >&2; exit $rc ;;
   esac
 fi
+echo "setup: the rtattn CLI is $build/tools/rtattn (cmake --install $build puts it in <prefix>/bin)"

@@ -1,7 +1,10 @@
 // NVRTC compiles every template variant we ship, for sm_80 and sm_90a, without spills.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 #include <future>
+#include <sstream>
 #include <thread>
 #include <tuple>
 #include <string>
@@ -338,12 +341,34 @@ TEST_CASE("ptxas report parsing", "[compile]") {
     CHECK(rtattn::compile::parse_ptxas(two, "rtattn_bwd_main_cp").registers == 254);
 }
 
-// Every head dim 1..256, the forward for sm_80 and sm_90a and the backward for sm_80 and sm_90 (the mma.sync path),
-// and for sm_90a where its wgmma family serves (d65..96, d113..144, dense and packed); dtype and causal alternate with d. The varlen forward and
-// backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
+// The head dims a sweep takes: RTATTN_SWEEP_DIMS = "lo-hi" or a comma list (ctest runs the sweep as ranges, and a
+// sample of it in the quick test command), else 1..256.
+std::vector<int> sweep_dims() {
+    const char* env = std::getenv("RTATTN_SWEEP_DIMS");
+    std::vector<int> dims;
+    if (!env || !*env) {
+        for (int d = 1; d <= 256; ++d) dims.push_back(d);
+        return dims;
+    }
+    const std::string s = env;
+    if (const auto dash = s.find('-'); dash != std::string::npos) {
+        for (int d = std::stoi(s.substr(0, dash)); d <= std::stoi(s.substr(dash + 1)); ++d) dims.push_back(d);
+    } else {
+        std::stringstream in(s);
+        for (std::string item; std::getline(in, item, ',');) dims.push_back(std::stoi(item));
+    }
+    for (int d : dims)
+        if (d < 1 || d > 256) throw std::invalid_argument("RTATTN_SWEEP_DIMS: head dims are 1..256, got " + s);
+    return dims;
+}
+
+// Every head dim 1..256, the forward for sm_90a and one of sm_80/86/89 and the backward for sm_80 and sm_90 (the
+// mma.sync path), and for sm_90a where its wgmma family serves (d65..96, d113..144, dense and packed); dtype and
+// causal alternate with d. The varlen forward and backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
 // dim, the arch alternating with d. The forward with eight kv heads on sm_90a (two on sm_80), the varlen forward
 // with one (sm_90a plans them apart for head dims that are not multiples of 8) and, on sm_90a, with eight (shifted
-// rows). In parallel. Hidden by default: ctest runs it as its own test, test_compile_sweep.
+// rows). In parallel. Hidden by default: ctest runs it in ranges of head dims (test_compile_sweep_*, the full test
+// command) and a sample of them (test_compile_sweep_sample, the quick one).
 TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, forward, backward, varlen, paged and decode",
           "[.sweep]") {
     enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward, varlen_rows_16b };
@@ -358,8 +383,11 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
         bool serialized;
     };
     std::vector<Job> jobs;
-    for (int d = 1; d <= 256; ++d) {
-        for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, forward});
+    for (int d : sweep_dims()) {
+        // The mma.sync forward's plans differ by shared memory: sm_80's 164 KB, sm_86/89's 99 KB (narrower key tiles,
+        // fewer stages), taken in turn, so that each meets both dtypes and both masks (which go by d % 2 and d % 3).
+        const char* mma_arch = (d / 2) % 3 == 0 ? "sm_80" : (d / 2) % 3 == 1 ? "sm_86" : "sm_89";
+        for (const char* arch : {mma_arch, "sm_90a"}) jobs.push_back({d, arch, forward});
         for (const char* arch : {"sm_80", "sm_90"}) jobs.push_back({d, arch, backward});
         for (const char* arch : {"sm_80", "sm_90a"}) jobs.push_back({d, arch, decode});
         jobs.push_back({d, d % 2 ? "sm_80" : "sm_90a", varlen_forward});

@@ -6,7 +6,7 @@ compare milliseconds shape by shape (this script prints the FLOP counts rtattn b
 
 Shapes as rtattn bench's: bf16, B = 16384 / S, H = 2048 / d (16 at d132). Env: HDIMS (64,128,256), SEQ (16384),
 WINDOWS (4096,128: causal windows (W, 0)), REPS (20).
-    python3 scripts/flex_variants.py"""
+    python3 tools/bench/flex_variants.py"""
 import os
 import statistics
 import time
