@@ -32,6 +32,7 @@ struct Call {
     std::string field() const {  // the field of the ArgumentError validate_args throws; "" when it accepts
         try {
             p.family->validate_args(p, c, a, z());
+            rtattn::kernels::check_append(p, c, a);  // as Kernel::forward runs them
         } catch (const rtattn::ArgumentError& e) {
             return e.field();
         }
@@ -81,7 +82,10 @@ TEST_CASE("prefill calls: every bad argument is refused with its field", "[args]
         CHECK(bad([](ForwardArgs& a) { a.seqlen_k = (1 << 30) + 1; }) == "seqlen_k");
         CHECK(bad([](ForwardArgs& a) { a.num_splits = 2; }) == "num_splits");
         CHECK(bad([](ForwardArgs& a) { a.num_splits = 1; }) == "");  // "no split"
-        CHECK(bad([](ForwardArgs& a) { a.seqlens_k = static_cast<const std::int32_t*>(at(kBase)); }) == "seqlens_k");
+        // A dense batch may be a KV cache with its sequences' lengths (aligned int32).
+        CHECK(bad([](ForwardArgs& a) { a.seqlens_k = static_cast<const std::int32_t*>(at(kBase)); }) == "");
+        CHECK(bad([](ForwardArgs& a) { a.seqlens_k = static_cast<const std::int32_t*>(at(kBase + 2)); }) ==
+              "seqlens_k");
         CHECK(bad([](ForwardArgs& a) { a.page_size = 16; }) == "page_size");
         CHECK(bad([](ForwardArgs& a) { a.lse = reinterpret_cast<float*>(kBase + 2); }) == "lse");
         CHECK(bad([](ForwardArgs& a) { a.total_q = 5; }) == "total_q");  // a varlen field on a dense config
@@ -232,6 +236,39 @@ TEST_CASE("decode calls: query tokens, splits, the workspace and the cache", "[a
     CHECK_NOTHROW(x.p.family->check_call(x.p, x.c, {2, 16, 64, 0, 264}));
     Call prefill = call(128);
     CHECK_THROWS_AS(prefill.p.family->check_call(prefill.p, prefill.c, {2, 64, 64, 3, 264}), rtattn::ArgumentError);
+}
+
+TEST_CASE("KV append: a cache call's new tokens, with seqlens_k, tensors checked; none for varlen", "[args]") {
+    const auto* lens = static_cast<const std::int32_t*>(at(kBase + (std::uintptr_t(5) << 30)));
+    for (const auto& [decode, paged] : {std::pair{true, false}, {true, true}, {false, true}, {false, false}}) {
+        for (int d : {64, 132}) {
+            CAPTURE(decode, paged, d);
+            auto field = [&](auto change) {
+                Call x = call(d, decode, paged);
+                x.a.seqlens_k = lens, x.a.seqlen_new = 3;
+                x.a.k_new = dense(std::uintptr_t(6) << 30, 3, 2, d);
+                x.a.v_new = dense(std::uintptr_t(7) << 30, 3, 2, d);
+                if (decode && !paged) x.a.seqlen_q = 1;
+                change(x);
+                return x.field();
+            };
+            CHECK(field([](Call&) {}) == "");
+            CHECK(field([](Call& x) { x.a.seqlens_k = nullptr; }) == "seqlens_k");  // where would they go?
+            CHECK(field([](Call& x) { x.a.seqlen_new = -1; }) == "seqlen_new");
+            CHECK(field([](Call& x) { x.a.seqlen_new = x.a.seqlen_k + 1; }) == "seqlen_new");
+            CHECK(field([](Call& x) { x.a.seqlen_new = 0; }) == "k_new");  // tensors without a count
+            CHECK(field([](Call& x) { x.a.seqlen_new = 0, x.a.k_new = x.a.v_new = {}; }) == "");
+            CHECK(field([](Call& x) { x.a.k_new.ptr = nullptr; }) == "k_new.ptr");
+            CHECK(field([](Call& x) { x.a.v_new.ptr = at(kBase + 2); }) == "v_new.ptr");  // not vector-aligned
+            CHECK(field([](Call& x) { x.a.k_new.head_stride = 0; }) == "");  // read only: a broadcast is fine
+            CHECK(field([](Call& x) { x.a.v.head_stride = 0; }) == "v");  // written: rows must not overlap
+        }
+    }
+    Call x = call(64);
+    x.c.varlen = true;
+    x.p = rtattn::plan::plan(x.c);
+    x.a.seqlen_new = 1;
+    CHECK_THROWS_AS(rtattn::kernels::check_append(x.p, x.c, x.a), rtattn::ArgumentError);  // "is varlen"
 }
 
 TEST_CASE("a prefill against a paged cache checks the cache, and takes packed queries only", "[args]") {

@@ -41,6 +41,8 @@ struct DecodeCase {
     bool sinks = false;              // config.sinks: each query head's sink logit, drawn with the inputs
     float softcap = 0;               // > 0: config.softcap and the call's cap
     int alibi = 0;                   // config.alibi; slopes 1: [heads_q], 2: [batch, heads_q] rows heads_q + 3 apart
+    int append = 0;                  // KV append: the last `append` of each sequence's lens keys come as k_new/v_new
+    int cached(int b) const { return lens[b] - append; }  // seqlens_k: the keys in the cache before the call
 
     int batch() const { return int(lens.size()); }
     int queries(int b) const { return q_lens.empty() ? seqlen_q : q_lens[b]; }
@@ -87,7 +89,8 @@ struct DecodeCase {
                            num_splits) +
                (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
                (softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
-               (alibi ? alibi == 2 ? " alibi-per-batch" : " alibi" : "");
+               (alibi ? alibi == 2 ? " alibi-per-batch" : " alibi" : "") +
+               (append ? fmt::format(" append {}", append) : "");
     }
     std::int64_t alibi_stride() const { return alibi == 2 ? heads_q + 3 : 0; }
     std::uint32_t seed() const {
@@ -115,6 +118,9 @@ struct DecodeProblem {
     std::vector<HostSeq> seqs;
     std::vector<float> sinks;              // sinks cases: [heads_q]
     std::vector<float> alibi;              // ALiBi cases: [heads_q], or [batch, alibi_stride()] (the gaps NaN)
+    // Append cases: the new tokens [batch, append, heads_kv, d], and the cache as it must be after the call (kc/vc
+    // are as before it: NaN where the new rows go).
+    std::vector<std::uint16_t> k_new, v_new, kc_after, vc_after;
 };
 
 // Paged: the pages on the device are preceded and followed by this many pages of NaN, so a read outside the pool
@@ -187,6 +193,22 @@ DecodeProblem make_problem(const DecodeCase& c, std::mt19937& rng) {
                 for (int d = 0; d < c.d_v; ++d) p.vc[cache_slot(p, p.v_arg, b, j, h) + d] = rnd();
             }
     read_back_seqs(p);
+    if (c.append) {  // the new tokens leave the cache (NaN there until the call writes them) for k_new / v_new
+        p.kc_after = p.kc, p.vc_after = p.vc;
+        p.k_new.resize(std::size_t(b_n) * c.append * hkv * c.d_qk);
+        p.v_new.resize(std::size_t(b_n) * c.append * hkv * c.d_v);
+        for (int b = 0; b < b_n; ++b)
+            for (int t = 0; t < c.append; ++t)
+                for (int h = 0; h < hkv; ++h) {
+                    const std::size_t row = (std::size_t(b) * c.append + t) * hkv + h;
+                    const std::int64_t ks = cache_slot(p, p.k_arg, b, c.cached(b) + t, h);
+                    const std::int64_t vs = cache_slot(p, p.v_arg, b, c.cached(b) + t, h);
+                    std::copy_n(p.kc.begin() + ks, c.d_qk, p.k_new.begin() + row * c.d_qk);
+                    std::copy_n(p.vc.begin() + vs, c.d_v, p.v_new.begin() + row * c.d_v);
+                    std::fill_n(p.kc.begin() + ks, c.d_qk, kNaN16);
+                    std::fill_n(p.vc.begin() + vs, c.d_v, kNaN16);
+                }
+    }
     std::uniform_real_distribution<float> sink(-2.f, 8.f);  // below and above log(keys)
     for (int h = 0; c.sinks && h < c.heads_q; ++h) p.sinks.push_back(sink(rng));
     if (c.alibi) {  // BLOOM's slopes run 2^-1 .. 2^-8 (8 heads): drawn in that range
@@ -234,7 +256,7 @@ Expected reference(const DecodeProblem& p) {
 }
 
 struct DeviceDecode {
-    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q, sinks, alibi;
+    driver::DeviceBuffer q, kc, vc, o, lse, table, lens, ws, cu_q, sinks, alibi, k_new, v_new;
     ForwardArgs args;
 };
 
@@ -262,7 +284,9 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
         if (!host.empty()) buf.upload(host.data(), host.size() * sizeof(host[0]));
         return buf;
     };
-    d.q = put(p.q), d.table = put(p.table), d.lens = put(p.c.lens), d.sinks = put(p.sinks), d.alibi = put(p.alibi);
+    std::vector<int> cached(c.batch());
+    for (int b = 0; b < c.batch(); ++b) cached[b] = c.cached(b);
+    d.q = put(p.q), d.table = put(p.table), d.lens = put(cached), d.sinks = put(p.sinks), d.alibi = put(p.alibi);
     upload_cache(d, p);
     d.o = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q * c.d_v + kGuard) * 2);
     d.lse = driver::DeviceBuffer((std::size_t(c.total_q()) * c.heads_q + kGuard) * 4);
@@ -296,6 +320,12 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
     a.softcap = c.softcap;
     if (c.alibi)
         a.alibi_slopes = static_cast<const float*>(d.alibi.get()), a.alibi_slopes_batch_stride = c.alibi_stride();
+    if (c.append) {
+        d.k_new = put(p.k_new), d.v_new = put(p.v_new);
+        a.k_new = ForwardArgs::contiguous(d.k_new.get(), c.append, c.heads_kv, c.d_qk);
+        a.v_new = ForwardArgs::contiguous(d.v_new.get(), c.append, c.heads_kv, c.d_v);
+        a.seqlen_new = c.append;
+    }
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
     a.workspace = d.ws.get(), a.workspace_bytes = ws;
@@ -336,6 +366,18 @@ std::string judge(const DecodeProblem& p, const DeviceDecode& d, const Expected&
     if (unwritten) why += fmt::format(" {} O elements unwritten;", unwritten);
     if (stray) why += fmt::format(" {} guard elements changed;", stray);
     if (empty_bad) why += fmt::format(" {} keyless rows without LSE +inf;", empty_bad);
+    if (c.append) {  // the new rows where they belong, guards and every other slot untouched
+        for (auto [buf, want, t, name] : {std::tuple{&d.kc, &p.kc_after, &p.k_arg, "K"},
+                                          std::tuple{&d.vc, &p.vc_after, &p.v_arg, "V"}}) {
+            const std::size_t g = guard_elems(p, *t);
+            std::vector<std::uint16_t> got(want->size() + 2 * g);
+            buf->download(got.data(), got.size() * 2);
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < got.size(); ++i)
+                wrong += got[i] != (i < g || i >= g + want->size() ? kNaN16 : (*want)[i - g]);
+            if (wrong) why += fmt::format(" {} {} cache elements not as appended;", wrong, name);
+        }
+    }
     UNSCOPED_INFO(c.describe() << ": O error " << o_err << ", LSE error " << lse_err);
     return why;
 }
@@ -458,6 +500,60 @@ TEST_CASE("paged prefill (chunked prefill): query chunks against a paged cache, 
         c.lens = {1000, 1, 77, 64};
         run_case(c);
     }
+}
+
+TEST_CASE("KV append: new tokens written into a dense or paged cache, then attended, decode and prefill",
+          "[gpu][decode][append]") {
+    SKIP_WITHOUT_GPU();
+    struct Row {
+        bool prefill;
+        int page_size, seqlen_q, append, d;
+        bool causal;
+    };
+    for (const Row r : {Row{false, 0, 1, 1, 128, false},  // a decode step
+                        Row{false, 16, 1, 1, 64, false},
+                        Row{false, 16, 4, 4, 128, true},  // speculative: the drafted tokens' K/V with them
+                        Row{false, 0, 3, 3, 132, true},   // rows of 4 mod 8
+                        Row{false, 1, 2, 5, 80, true},    // more new keys than queries
+                        Row{true, 16, 37, 37, 128, true}, // chunked prefill, paged
+                        Row{true, 0, 37, 37, 128, true},  // chunked prefill, dense
+                        Row{true, 0, 100, 20, 132, false},
+                        Row{true, 64, 50, 50, 256, true}}) {
+        DecodeCase c;
+        c.prefill = r.prefill, c.page_size = r.page_size, c.seqlen_q = r.seqlen_q, c.append = r.append;
+        c.d_qk = c.d_v = r.d, c.causal = r.causal;
+        c.heads_q = 12, c.heads_kv = r.d == 132 ? 3 : 4;
+        c.lens = {r.append, 700, 2000 + r.append, 65};  // the first sequence: nothing cached before the call
+        run_case(c);
+    }
+}
+
+TEST_CASE("a dense cache's prefill (more than 16 queries): each sequence's own length, every head dim's family",
+          "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    for (int d : {64, 100, 128, 132, 256})
+        for (bool causal : {false, true}) {
+            DecodeCase c;
+            c.prefill = true;  // a dense prefill config given seqlens_k
+            c.d_qk = c.d_v = d, c.causal = causal;
+            c.heads_q = 8, c.heads_kv = 2;
+            c.seqlen_q = 70;
+            c.lens = {1000, 0, 69, 333, 2048};  // NaN past each length: a key read past it would show
+            c.extra_capacity = 200;
+            run_case(c);
+        }
+}
+
+TEST_CASE("decode and paged prefill: pages of up to 65536 tokens", "[gpu][decode]") {
+    SKIP_WITHOUT_GPU();
+    for (int ps : {512, 1024, 4096})
+        for (bool prefill : {false, true}) {
+            DecodeCase c;
+            c.prefill = prefill, c.page_size = ps, c.causal = prefill;
+            c.seqlen_q = prefill ? 40 : 1;
+            c.lens = {5000, 1, 1024, 1025};
+            run_case(c);
+        }
 }
 
 TEST_CASE("decode: head dims of 4 mod 8 as rotated 16-byte rows, and strides that rule the rotation out",

@@ -203,9 +203,9 @@ typedef struct rtattn_forward_args {
     rtattn_tensor o;  /* [batch, seqlen_q, heads_q, d_v], written */
     float* lse;       /* optional [batch, heads_q, seqlen_q] float32: natural-log sum-exp of the scaled scores */
     int32_t batch, seqlen_q, seqlen_k;
-    /* Decode and paged configs (config.decode or paged_kv): seqlen_q = query tokens per sequence (decode: 1..16),
-     * seqlen_k = the most keys a sequence has cached (decode: it fixes the split count, so a captured graph stays
-     * valid as lengths change). */
+    /* Cache calls (config.decode or paged_kv, or a dense prefill config given seqlens_k): seqlen_q = query tokens per
+     * sequence (decode: 1..16), the last seqlen_q of each sequence's keys; seqlen_k = the most keys a sequence has
+     * cached (decode: it fixes the split count, so a captured graph stays valid as lengths change). */
     const int32_t* seqlens_k;   /* device [batch]: keys cached per sequence (values above seqlen_k read as it); NULL:
                                  * seqlen_k each */
     /* Paged KV (config.paged_kv): k and v are [num_pages, page_size, heads_kv, dim]; batch_stride is the page
@@ -213,7 +213,7 @@ typedef struct rtattn_forward_args {
     const int32_t* block_table; /* device int32 [batch, block_table_stride] */
     int64_t block_table_stride;
     int32_t pages_per_seq;      /* the table's columns: pages_per_seq * page_size >= seqlen_k */
-    int32_t page_size;          /* 1, 2, 4, ..., 256 */
+    int32_t page_size;          /* 1, 2, 4, ..., 65536 */
     int32_t num_splits;         /* key splits per sequence, 1..128; 0: the library chooses */
     void* workspace;            /* device, 256-byte aligned, rtattn_kernel_workspace_bytes(...) bytes (0 for prefill) */
     size_t workspace_bytes;
@@ -247,6 +247,15 @@ typedef struct rtattn_forward_args {
      * (FlashAttention's alibi_slopes). NULL and 0 for any other kernel. */
     const float* alibi_slopes;
     int64_t alibi_slopes_batch_stride;
+    /* KV append (a cache call: decode, paged, or a dense prefill config given seqlens_k; not varlen), FlashAttention's
+     * flash_attn_with_kvcache k= / v=: k_new [batch, seqlen_new, heads_kv, d_qk] and v_new (d_v) are written into the
+     * cache (k and v, which the call modifies) at rows seqlens_k[b] .. seqlens_k[b] + seqlen_new - 1 (seqlens_k
+     * required: the lengths before the call; rows at or past seqlen_k, or in a page outside 0..num_pages-1, are
+     * dropped), then the attention reads seqlens_k[b] + seqlen_new keys (seqlen_k bounds the lengths after the
+     * append). Two launches on the stream (graph-capturable). seqlen_new 0 (a zeroed struct): no append, k_new and
+     * v_new NULL. */
+    rtattn_tensor k_new, v_new;
+    int32_t seqlen_new;
 } rtattn_forward_args;
 
 RTATTN_API void rtattn_forward_args_init(rtattn_forward_args* args);

@@ -58,6 +58,7 @@ public:
         a.sinks = args.sinks;
         a.softcap = args.softcap;
         a.alibi_slopes = args.alibi_slopes, a.alibi_slopes_batch_stride = args.alibi_slopes_batch_stride;
+        a.k_new = detail::to_c(args.k_new), a.v_new = detail::to_c(args.v_new), a.seqlen_new = args.seqlen_new;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }
     // Merges two attention states of this kernel's dtype and d_v (see MergeArgs) on `stream`: cascade attention's

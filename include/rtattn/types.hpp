@@ -73,11 +73,13 @@ struct ForwardArgs {
     int seqlen_q = 0;
     int seqlen_k = 0;
 
-    // Decode and paged configs (config.decode or config.paged_kv). seqlen_q is the query tokens per sequence (decode:
-    // 1..16; a paged prefill: any, or the longest with varlen queries) and seqlen_k the most keys any sequence has
-    // cached (host-known: it fixes decode's number of splits, so a CUDA graph captured with it stays valid while the
-    // lengths on the device change). A paged prefill (chunked prefill) writes the chunk's K/V into the cache first;
-    // its queries are the last seqlen_q of the sequence's keys (causal aligns them bottom-right).
+    // Calls against a KV cache: decode and paged configs (config.decode or config.paged_kv), and dense prefill
+    // configs given seqlens_k (not varlen). seqlen_q is the query tokens per sequence (decode: 1..16; a paged
+    // prefill: any, or the longest with varlen queries) and seqlen_k the most keys any sequence has cached (host-known:
+    // it fixes decode's number of splits, so a CUDA graph captured with it stays valid while the lengths on the device
+    // change; dense: the cache's rows per sequence, at most its capacity). The queries are the last seqlen_q of the
+    // sequence's keys (causal aligns them bottom-right): a chunked prefill writes the chunk's K/V into the cache
+    // first, or passes them as k_new / v_new below.
     const std::int32_t* seqlens_k = nullptr;  // device [batch]: keys cached per sequence (<= seqlen_k; larger values
                                               // are read as seqlen_k); null: every sequence has seqlen_k
     // Paged KV (config.paged_kv): k and v are [num_pages, page_size, heads_kv, dim] caches, so their batch_stride is
@@ -86,7 +88,7 @@ struct ForwardArgs {
     const std::int32_t* block_table = nullptr;  // device [batch, block_table_stride] int32
     std::int64_t block_table_stride = 0;        // elements between the table's rows (>= pages_per_seq)
     int pages_per_seq = 0;                      // the table's columns: pages_per_seq * page_size >= seqlen_k
-    int page_size = 0;                          // tokens per page: 1, 2, 4, ..., 256
+    int page_size = 0;                          // tokens per page: 1, 2, 4, ..., 65536
     int num_pages = 0;                          // pages in k and v (required): a table entry outside 0..num_pages-1
                                                 // reads the last page (wrong rows, never outside the cache)
     int num_splits = 0;                         // key splits per sequence (1..128); 0: the library chooses
@@ -121,6 +123,15 @@ struct ForwardArgs {
     // query i and key j loses slope * |i + seqlen_k - seqlen_q - j| (FlashAttention's alibi_slopes). Null otherwise.
     const float* alibi_slopes = nullptr;
     std::int64_t alibi_slopes_batch_stride = 0;
+
+    // KV append (a cache call: decode, paged, or a dense batch with seqlens_k; not varlen), FlashAttention's
+    // flash_attn_with_kvcache k= / v=: seqlen_new new tokens per sequence, k_new [batch, seqlen_new, heads_kv, d_qk]
+    // and v_new (d_v), are written into the cache (k and v, which this call then modifies) at rows seqlens_k[b] ..
+    // seqlens_k[b] + seqlen_new - 1 (seqlens_k required: the lengths before the call; rows at or past seqlen_k, or in
+    // a page outside 0..num_pages-1, are dropped), and the attention reads seqlens_k[b] + seqlen_new keys (at most
+    // seqlen_k, which bounds the lengths after the append). Two launches on the stream: graph-capturable.
+    TensorArg k_new, v_new;
+    int seqlen_new = 0;
 
     // A packed [total, heads, dim] tensor with contiguous rows, for varlen configs.
     static TensorArg packed(const void* ptr, int heads, int dim) {

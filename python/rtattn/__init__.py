@@ -53,15 +53,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False,
                            softmax_scale=None, num_splits=0, max_seqlen_k=None, return_lse=False,
-                           window_size=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None):
-    """Decode against a dense or paged KV cache (flash_attn_with_kvcache without the append; see
-    rtattn._serving.attention_with_kvcache); needs torch."""
+                           window_size=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k=None, v=None):
+    """Attention against a dense or paged KV cache, any number of query tokens, with the new tokens' K/V (k, v)
+    appended into the cache first when given (flash_attn_with_kvcache; see rtattn._serving.attention_with_kvcache);
+    needs torch."""
     _load_torch_ops()
     return _serving_ops.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
                                                block_table=block_table, causal=causal, softmax_scale=softmax_scale,
                                                num_splits=num_splits, max_seqlen_k=max_seqlen_k,
                                                return_lse=return_lse, window_size=window_size, sinks=sinks,
-                                               softcap=softcap, alibi_slopes=alibi_slopes)
+                                               softcap=softcap, alibi_slopes=alibi_slopes, k=k, v=v)
 
 
 def merge_states(o_a, lse_a, o_b, lse_b):

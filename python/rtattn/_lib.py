@@ -66,7 +66,8 @@ class ForwardArgs(ctypes.Structure):
                 ("total_q", _i32), ("total_k", _i32), ("num_pages", _i32),
                 ("has_window", _i32), ("window_size_left", _i32), ("window_size_right", _i32),
                 ("sinks", ctypes.c_void_p), ("softcap", ctypes.c_float),
-                ("alibi_slopes", ctypes.c_void_p), ("alibi_slopes_batch_stride", _i64)]
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_slopes_batch_stride", _i64),
+                ("k_new", Tensor), ("v_new", Tensor), ("seqlen_new", _i32)]
 
 
 class BackwardArgs(ctypes.Structure):

@@ -2,7 +2,8 @@
 
 - attention_varlen: flash_attn_varlen_func's packed batch ([total, heads, dim] with cu_seqlens), differentiable
   (custom ops "rtattn::attention_varlen" and "rtattn::attention_varlen_backward", autograd between them);
-- attention_with_kvcache: flash_attn_with_kvcache's decode against a dense or paged KV cache (inference only);
+- attention_with_kvcache: flash_attn_with_kvcache's attention against a dense or paged KV cache, with its KV append
+  (inference only);
 - merge_states: two attention states (O, LSE) of the same rows over different keys merged into one (cascade
   attention, ring attention).
 
@@ -257,37 +258,45 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 # ---- decode from a KV cache ------------------------------------------------------------------------------------------
 
 def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits,
-                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None):
+                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k_new=None, v_new=None):
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-    if b == 0 or sq == 0:
+    s_new = 0 if k_new is None else k_new.shape[1]
+    if b == 0 or (sq == 0 and s_new == 0):
         return o, lse
-    if max_seqlen_k == 0:
+    if max_seqlen_k == 0:  # no key anywhere (an append is refused before: it needs room)
         return o.zero_(), _keyless_lse(lse, sinks, (1, hq, 1))
-    # Up to 16 query tokens: the decode kernels (split-KV); more against a paged cache (chunked prefill): the prefill
-    # kernel reading pages. A dense cache has the decode kernels only (the library names seqlen_q past 16).
-    decode = sq <= _DECODE_MAX_Q or block_table is None
-    flags = (("decode",) if decode else ()) + (("paged_kv",) if block_table is not None else ())
+    # Up to 16 query tokens: the decode kernels (split-KV); more: a prefill kernel reading the cache (chunked
+    # prefill: the queries are the last seqlen_q of each sequence's keys; causal aligns them bottom-right), through the
+    # block table or, dense, with each sequence's length.
+    decode = sq <= _DECODE_MAX_Q
+    paged = block_table is not None
+    flags = (("decode",) if decode else ()) + (("paged_kv",) if paged else ())
     sinks = _sinks_f32(sinks)
     flags += _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) + _alibi_flag(alibi_slopes)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
-    ws_bytes = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
+    ws_bytes = kernel.workspace_bytes(b, max(sq, 1), max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
-    paged = {}
-    if block_table is not None:
-        paged = dict(block_table=block_table.data_ptr(), block_table_stride=block_table.stride(0),
-                     pages_per_seq=block_table.shape[1], page_size=k_cache.shape[1], num_pages=k_cache.shape[0])
+    fields = {}
+    if paged:
+        fields = dict(block_table=block_table.data_ptr(), block_table_stride=block_table.stride(0),
+                      pages_per_seq=block_table.shape[1], page_size=k_cache.shape[1], num_pages=k_cache.shape[0])
     k_arg, v_arg = _tensor(k_cache), _tensor(v_cache)
-    if block_table is not None:  # a page's stride is needed even for one page
+    if paged:  # a page's stride is needed even for one page
         k_arg.batch_stride, v_arg.batch_stride = k_cache.stride(0), v_cache.stride(0)
+    if s_new:
+        fields.update(k_new=_tensor(k_new), v_new=_tensor(v_new), seqlen_new=s_new)
     args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), k_arg, v_arg, _tensor(o), lse.data_ptr()), ArgumentError,
-                batch=b, seqlen_q=sq, seqlen_k=max_seqlen_k,
+                batch=b, seqlen_q=max(sq, 1), seqlen_k=max_seqlen_k,
                 seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None, num_splits=num_splits,
-                workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **paged,
+                workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **fields,
                 **_window_args(causal, *window), **_sinks_args(sinks), **_softcap_args(softcap),
                 **_alibi_args(alibi_slopes))
+    if sq == 0:  # an append alone: the kernel writes the rows, then attends for one dummy token into a scratch output
+        scratch = torch.empty((b, 1, hq, dv), dtype=q.dtype, device=q.device)
+        args.q, args.o, args.lse = _tensor(scratch), _tensor(scratch), None
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 
@@ -304,43 +313,92 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, c
                       alibi_slopes)
 
 
-@_kvcache_op.register_fake
 def _kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, softmax_scale, num_splits,
-                  window_left=-1, window_right=-1, sinks=None, softcap=0.0, alibi_slopes=None):
+                  window_left=-1, window_right=-1, sinks=None, softcap=0.0, alibi_slopes=None, *new):
     _check_softcap(softcap)
     _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     b, sq, hq, _ = q.shape
     return q.new_empty((b, sq, hq, v_cache.shape[3])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
+_kvcache_op.register_fake(_kvcache_fake)
+
+
+# The same call with the new tokens' K/V appended into the cache first (flash_attn_with_kvcache's k= / v=): an op of
+# its own, since it writes k_cache and v_cache (torch.compile must know), while the plain one keeps the caches
+# read-only (a mutating op's functionalization could copy a whole cache).
+@torch.library.custom_op("rtattn::attention_with_kvcache_append", mutates_args=("k_cache", "v_cache"),
+                         device_types="cuda")
+def _kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                       block_table: Optional[torch.Tensor], max_seqlen_k: int, causal: bool,
+                       softmax_scale: Optional[float], num_splits: int, window_left: int,
+                       window_right: int, sinks: Optional[torch.Tensor], softcap: float,
+                       alibi_slopes: Optional[torch.Tensor], k: torch.Tensor,
+                       v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
+    return _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
+                      softmax_scale, num_splits, (window_left, window_right), sinks, _check_softcap(softcap),
+                      alibi_slopes, k, v)
+
+
+_kvcache_append_op.register_fake(_kvcache_fake)
+
+
+def _check_new_kv(k, v, q, k_cache, v_cache, cache_seqlens):
+    """The new tokens' K/V of an append: [batch, seqlen_new, heads_kv, head_dim(_v)], as the cache's rows."""
+    if (k is None) != (v is None):
+        name = "v" if k is not None else "k"
+        raise ArgumentError(f"{name}: is None while {'k' if name == 'v' else 'v'} is given; an append takes both "
+                            "(the new tokens' K and V)", name)
+    if k is None:
+        return
+    _check_inputs((("q", q), ("k", k), ("v", v)), 4, "[batch, seqlen_new, heads_kv, head_dim]")
+    want_k = (q.shape[0], k.shape[1], k_cache.shape[2], k_cache.shape[3])
+    want_v = want_k[:3] + (v_cache.shape[3],)
+    for name, t, want in (("k", k, want_k), ("v", v, want_v)):
+        if tuple(t.shape) != want:
+            raise ArgumentError(f"{name}: shape {tuple(t.shape)}; expected {want} ([batch, seqlen_new, heads_kv, "
+                                f"head_dim] as q and the cache)", name)
+    if cache_seqlens is None:
+        raise ArgumentError("cache_seqlens: is None; an append (k, v) writes each sequence's new tokens after its "
+                            "cache_seqlens cached ones", "cache_seqlens")
+
+
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           cache_seqlens: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None,
+                           cache_seqlens=None, block_table: Optional[torch.Tensor] = None,
                            causal: bool = False, softmax_scale: Optional[float] = None, num_splits: int = 0,
                            max_seqlen_k: Optional[int] = None, return_lse: bool = False,
                            window_size: Tuple[int, int] = (-1, -1), sinks: Optional[torch.Tensor] = None,
-                           softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None):
-    """Decode: 1..16 new query tokens per sequence against each sequence's cached keys (FlashAttention's
-    flash_attn_with_kvcache, without the fused cache append: write the new tokens' K/V into the cache first). With a
-    paged cache, more query tokens run the prefill kernel against the pages (chunked prefill: the queries are the
-    last seqlen_q of each sequence's cached keys; causal aligns them bottom-right).
+                           softcap: float = 0.0, alibi_slopes: Optional[torch.Tensor] = None,
+                           k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None):
+    """Attention of new query tokens against each sequence's cached keys (FlashAttention's flash_attn_with_kvcache):
+    decode (1..16 query tokens: the split-KV decode kernels) or any number (a prefill kernel reading the cache, e.g.
+    chunked prefill), optionally appending the new tokens' K/V into the cache first.
 
-    q: [batch, seqlen_q, heads_q, head_dim]. Dense cache: k_cache/v_cache [batch, capacity, heads_kv, head_dim(_v)].
-    Paged (block_table given, int32 [batch, max_pages]): k_cache/v_cache [num_pages, page_size, heads_kv, head_dim(_v)],
-    page_size a power of two up to 256 (1 works). cache_seqlens: int32 [batch] on the device, the keys each sequence
-    has (None: the whole capacity). max_seqlen_k: a host bound on those lengths (default: the capacity); it and the
-    sizes fix the split-KV count, never the device values, so a captured CUDA graph stays valid as lengths change;
-    num_splits fixes it: 1..128, or 0 for the library's choice (a paged prefill runs no splits: 0 or 1). Causal
-    aligns the query tokens bottom-right (speculative decoding). Inference only (no backward). Returns o [batch,
-    seqlen_q, heads_q, head_dim_v] (and LSE [batch, heads_q, seqlen_q] with return_lse). window_size = (left,
-    right): a sliding window, as rtattn.attention's (each query token's own, its diagonal its position among the
-    sequence's keys); the split-KV count stays the library's choice for the whole cache, its splits cut the window.
-    sinks: [heads_q] attention sinks, as rtattn.attention's (gpt-oss's decode). softcap: logit softcapping, as
-    rtattn.attention's (Gemma 2's decode). alibi_slopes: ALiBi, float32 [heads_q] or [batch, heads_q] as
-    rtattn.attention's; a token's query position is its place among its sequence's keys (cache_seqlens - seqlen_q +
-    t), as flash_attn_with_kvcache's."""
+    q: [batch, seqlen_q, heads_q, head_dim]: the last seqlen_q tokens of each sequence (causal aligns them
+    bottom-right: speculative decoding, chunked prefill). Dense cache: k_cache/v_cache [batch, capacity, heads_kv,
+    head_dim(_v)]. Paged (block_table given, int32 [batch, max_pages]): k_cache/v_cache [num_pages, page_size,
+    heads_kv, head_dim(_v)], page_size a power of two up to 65536 (1 works). cache_seqlens: int32 [batch] on the
+    device (or a Python int for all), the keys each sequence has cached (None: the whole capacity). k, v: optional
+    [batch, seqlen_new, heads_kv, head_dim(_v)], the new tokens' K/V, written into the cache (which this call
+    modifies) at rows cache_seqlens .. cache_seqlens + seqlen_new - 1 before attending over cache_seqlens +
+    seqlen_new keys, as FlashAttention's (cache_seqlens is not updated: the caller adds seqlen_new); rows past the
+    capacity (or max_seqlen_k) are dropped. max_seqlen_k: a host bound on the lengths (after the append; default: the
+    capacity); it and the sizes fix the split-KV count, never the device values, so a captured CUDA graph stays
+    valid as lengths change; num_splits fixes it: 1..128, or 0 for the library's choice (more than 16 query tokens
+    run no splits: 0 or 1). Inference only (no backward). Returns o [batch, seqlen_q, heads_q, head_dim_v] (and LSE
+    [batch, heads_q, seqlen_q] with return_lse). window_size = (left, right): a sliding window, as rtattn.attention's
+    (each query token's own, its diagonal its position among the sequence's keys); the split-KV count stays the
+    library's choice for the whole cache, its splits cut the window. sinks: [heads_q] attention sinks, as
+    rtattn.attention's (gpt-oss's decode). softcap: logit softcapping, as rtattn.attention's (Gemma 2's decode).
+    alibi_slopes: ALiBi, float32 [heads_q] or [batch, heads_q] as rtattn.attention's; a token's query position is its
+    place among its sequence's keys (cache_seqlens + seqlen_new - seqlen_q + t), as flash_attn_with_kvcache's."""
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
     _check_alibi(alibi_slopes, q, b, q.shape[2])
+    if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
+        n = integer("cache_seqlens", cache_seqlens, ArgumentError, 0, INT32_MAX)  # FlashAttention's int form
+        cache_seqlens = torch.full((b,), n, dtype=torch.int32, device=q.device)
     if cache_seqlens is not None:
         _check_int32("cache_seqlens", cache_seqlens, q, b)
     if block_table is not None:
@@ -358,9 +416,13 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if k_cache.shape[2] == 0 or q.shape[2] % k_cache.shape[2] != 0:
         raise ArgumentError(f"k_cache: q's heads ({q.shape[2]}) must be a multiple of the cache's heads "
                             f"({k_cache.shape[2]})", "k_cache")
+    _check_new_kv(k, v, q, k_cache, v_cache, cache_seqlens)
     # A stride-0 (expanded) cache can claim any capacity: past int32 it is refused, not wrapped.
     max_seqlen_k = integer("max_seqlen_k", capacity if max_seqlen_k is None else max_seqlen_k, ArgumentError, 0,
                            min(capacity, INT32_MAX), f" (the cache's capacity is {capacity})")
+    if k is not None and k.shape[1] > max_seqlen_k:
+        raise ArgumentError(f"k: {k.shape[1]} new tokens do not fit max_seqlen_k {max_seqlen_k} (the lengths' bound "
+                            "after the append)", "k")
     # Checked before the op sizes a workspace from it (10**6 splits would ask torch for terabytes).
     num_splits = integer("num_splits", num_splits, ArgumentError, 0, MAX_SPLITS, " (0: the library chooses)")
     _check_scale(causal, softmax_scale)
@@ -369,12 +431,17 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
     # The sinks too: a model's sinks are parameters that require grad, and a gradient would be dropped silently.
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks, k, v)):
         raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
-    o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k,
-                                                     causal, softmax_scale, num_splits, *window, sinks, softcap,
-                                                     alibi_slopes)
+    if k is not None and k.shape[1] > 0:
+        o, lse = torch.ops.rtattn.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens, block_table,
+                                                                max_seqlen_k, causal, softmax_scale, num_splits,
+                                                                *window, sinks, softcap, alibi_slopes, k, v)
+    else:
+        o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                                                         max_seqlen_k, causal, softmax_scale, num_splits, *window,
+                                                         sinks, softcap, alibi_slopes)
     return (o, lse) if return_lse else o
 
 

@@ -101,9 +101,12 @@ def test_alibi_config_round_trips_and_has_its_own_kernels(cache_dir):
 
 
 def test_alibi_argument_fields_are_the_c_structs():
-    """The slopes' fields, last in both argument structs as in rtattn.h, set through the range-checked door."""
-    for struct in (_lib.ForwardArgs, _lib.BackwardArgs):
-        assert [f[0] for f in struct._fields_[-2:]] == ["alibi_slopes", "alibi_slopes_batch_stride"]
+    """The slopes' fields, last in the backward's struct and followed by the KV append's in the forward's, as in
+    rtattn.h, set through the range-checked door."""
+    names = lambda struct: [f[0] for f in struct._fields_]
+    assert names(_lib.BackwardArgs)[-2:] == ["alibi_slopes", "alibi_slopes_batch_stride"]
+    assert names(_lib.ForwardArgs)[-5:] == ["alibi_slopes", "alibi_slopes_batch_stride", "k_new", "v_new",
+                                            "seqlen_new"]
     k = rtattn.Kernel.__new__(rtattn.Kernel)
     a = k.forward_args(alibi_slopes=4096, alibi_slopes_batch_stride=8)
     assert a.alibi_slopes == 4096 and a.alibi_slopes_batch_stride == 8

@@ -1,8 +1,9 @@
 """rtattn.attention_varlen, attention_with_kvcache and merge_states on the GPU against float64 SDPA per sequence:
 packed ragged batches with empty sequences (forward and gradients), decode from a dense and a paged cache (vLLM block
 table, shuffled pages, ragged lengths, several splits), sliding windows, attention sinks and logit softcapping in each,
-ALiBi in varlen (its and softcap's gradients judged as test_torch_gpu's) and in the decode, cascade attention
-through merge_states; torch.compile and CUDA graph capture of a decode step; argument errors naming the argument."""
+ALiBi in varlen (its and softcap's gradients judged as test_torch_gpu's) and in the decode, a dense cache's prefill,
+the KV append (k=, v=), cascade attention through merge_states; torch.compile and CUDA graph capture of a decode step
+(with an append too); argument errors naming the argument."""
 import math
 
 import pytest
@@ -327,9 +328,11 @@ def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
     (0, False, 1, (-1, -1), False), (16, False, 1, (-1, -1), False), (1, False, 1, (-1, -1), False),
     (16, True, 4, (-1, -1), False), (64, True, 2, (-1, -1), False), (16, True, 100, (-1, -1), False),
     (1, False, 40, (-1, -1), False), (16, True, 1, (128, -1), False), (0, False, 3, (40, 1), False),
-    (16, True, 100, (70, 0), False),
+    (16, True, 100, (70, 0), False), (0, True, 100, (-1, -1), False), (0, False, 40, (70, 0), False),
+    (1024, True, 100, (-1, -1), False), (512, False, 1, (-1, -1), False),
     (0, False, 1, (-1, -1), True), (16, False, 1, (-1, -1), True), (0, True, 4, (-1, -1), True),
-    (16, True, 3, (128, -1), True), (16, True, 100, (-1, -1), True), (64, True, 100, (70, 0), True)])
+    (16, True, 3, (128, -1), True), (16, True, 100, (-1, -1), True), (64, True, 100, (70, 0), True),
+    (0, True, 100, (-1, -1), True)])
 def test_decode_from_a_kv_cache(page_size, causal, sq, window, sinks):
     check_decode(page_size, causal, sq, window, sinks)
 
@@ -425,18 +428,132 @@ def test_decode_errors_name_the_argument():
             with pytest.raises(rtattn.ArgumentError) as e:
                 rtattn.attention_with_kvcache(q, kc, vc, **kwargs)
             assert e.value.field == field, kwargs
-        # 17 query tokens: a paged cache runs the prefill kernel; a dense cache has the decode kernels only.
-        q17 = torch.zeros(2, 17, 4, 64, device="cuda", dtype=torch.bfloat16)
-        _, kcd, vcd, _, _, _, _ = decode_setup([10, 20], 0, 4, 2, 64, torch.bfloat16)
-        with pytest.raises(rtattn.ArgumentError) as e:
-            rtattn.attention_with_kvcache(q17, kcd, vcd, seqlens)
-        assert e.value.field == "seqlen_q"
+        # An append's new tokens: both, shaped as the cache's rows, with lengths to put them after, and room.
+        new = torch.zeros(2, 3, 2, 64, device="cuda", dtype=torch.bfloat16)
+        for kwargs, field in [(dict(k=new), "v"), (dict(v=new), "k"), (dict(k=new, v=new[:, :2]), "v"),
+                              (dict(k=new[..., :32], v=new), "k"),
+                              (dict(k=new, v=new, cache_seqlens=None), "cache_seqlens"),
+                              (dict(k=new, v=new, max_seqlen_k=2), "k"), (dict(k=new.float(), v=new), "k"),
+                              (dict(k=new, v=new, cache_seqlens=-1), "cache_seqlens")]:
+            kwargs = {"cache_seqlens": seqlens, "block_table": table, **kwargs}
+            with pytest.raises(rtattn.ArgumentError) as e:
+                rtattn.attention_with_kvcache(q, kc, vc, **kwargs)
+            assert e.value.field == field, kwargs
     with pytest.raises(NotImplementedError):  # a model's sinks require grad: no gradient dropped silently
         rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, sinks=make_sinks(4, 1).requires_grad_())
     with pytest.raises(NotImplementedError):
         rtattn.attention_with_kvcache(q.requires_grad_(), kc, vc, seqlens, table)
     with pytest.raises(NotImplementedError, match="inference only"):  # q requires grad (above), capped or not
         rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, softcap=50.0)
+
+
+@pytest.mark.parametrize("page_size, sq, s_new, causal, d", [(0, 1, 1, False, 128), (16, 1, 1, False, 64),
+                                                         (16, 4, 4, True, 128), (0, 3, 5, True, 132),
+                                                         (1, 2, 2, True, 80), (0, 40, 40, True, 128),
+                                                         (16, 40, 40, True, 128), (0, 100, 20, False, 256),
+                                                         (1024, 1, 1, False, 128)])
+def test_kvcache_append_writes_the_new_tokens_then_attends(page_size, sq, s_new, causal, d):
+    """flash_attn_with_kvcache's k= / v=: the new tokens land in the cache at cache_seqlens (every other slot as it
+    was, NaN included), and O is the attention over cache_seqlens + s_new keys."""
+    lens = [s_new, 700, 2000, 65]  # keys after the append; the first sequence had none cached
+    q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, page_size, 12, 3 if d == 132 else 4, d, torch.bfloat16,
+                                                     sq, seed=page_size + sq)
+    b, hkv = len(lens), kc.shape[2]
+    k_new = torch.stack([k[n - s_new:] for k, n in zip(ks, lens)])
+    v_new = torch.stack([v[n - s_new:] for v, n in zip(vs, lens)])
+    cached = seqlens - s_new
+
+    def slots(i, n):  # where sequence i's keys n.. n + s_new - 1 are in the cache: (page or batch, slot) indices
+        t = torch.arange(n, n + s_new, device="cuda")
+        if table is None:
+            return torch.full_like(t, i), t
+        return table[i, t // page_size].long(), t % page_size
+
+    after_k, after_v = kc.clone(), vc.clone()
+    for i, n in enumerate(cached.tolist()):
+        kc[slots(i, n)] = math.nan  # as yet unwritten: the kernel must put the rows there
+        vc[slots(i, n)] = math.nan
+    with torch.no_grad():
+        o, lse = rtattn.attention_with_kvcache(q, kc, vc, cached, table, causal=causal, k=k_new, v=v_new,
+                                               return_lse=True)
+    assert torch.equal(kc.isnan(), after_k.isnan()) and torch.equal(kc.nan_to_num(), after_k.nan_to_num())
+    assert torch.equal(vc.isnan(), after_v.isnan()) and torch.equal(vc.nan_to_num(), after_v.nan_to_num())
+    for i in range(b):
+        ref_o, ref_lse = sdpa_reference(q[i:i + 1], ks[i][None], vs[i][None], causal, 1 / math.sqrt(d))
+        assert rel_err(o[i:i + 1], ref_o) < TOL[torch.bfloat16]
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isinf(lse[i:i + 1]), ~finite)
+        assert (lse[i:i + 1][finite].double() - ref_lse[finite]).abs().max().item() < 1e-3
+    del hkv
+
+
+def test_kvcache_append_drops_rows_past_the_cache_and_takes_an_int_length():
+    q, kc, vc, seqlens, _, ks, vs = decode_setup([10, 10], 0, 4, 2, 64, torch.float16, seed=3)  # capacity 13
+    new = torch.randn(2, 5, 2, 64, device="cuda", dtype=torch.float16)
+    before = kc.clone()
+    with torch.no_grad():
+        o = rtattn.attention_with_kvcache(q, kc, vc, 10, k=new, v=new)  # an int length, FlashAttention's form
+    assert torch.equal(kc[:, 10:], new[:, :3]) and torch.equal(kc[:, :10], before[:, :10])  # 2 rows dropped
+    for i in range(2):
+        keys = torch.cat([ks[i], new[i, :3]])[None]
+        values = torch.cat([vs[i], new[i, :3]])[None]
+        assert rel_err(o[i:i + 1], sdpa_reference(q[i:i + 1], keys, values, False, 1 / 8)[0]) < TOL[torch.float16]
+
+
+def test_kvcache_append_in_a_cuda_graph_and_compiled():
+    """A decode step that appends: captured once, replayed with new lengths; torch.compile sees the cache written."""
+    lens = [500, 900, 30]
+    q, kc, vc, seqlens, table, ks, vs = decode_setup(lens, 16, 16, 4, 64, torch.float16, seed=9)
+    k_new = torch.randn(3, 1, 4, 64, device="cuda", dtype=torch.float16)
+    v_new = torch.randn_like(k_new)
+    step = lambda q: rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, max_seqlen_k=910, k=k_new, v=v_new)
+    with torch.no_grad():
+        eager = step(q)
+        compiled = torch.compile(step, fullgraph=True)
+        assert torch.equal(compiled(q), eager)  # the same rows written again: the same result
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            step(q)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step(q)
+        seqlens.copy_(torch.tensor([1, 2, 3], dtype=torch.int32))  # new lengths, same graph
+        graph.replay()
+        torch.cuda.synchronize()
+    for i, n in enumerate([1, 2, 3]):
+        keys = torch.cat([ks[i][:n], k_new[i]])[None]
+        values = torch.cat([vs[i][:n], v_new[i]])[None]
+        ref_o, _ = sdpa_reference(q[i:i + 1], keys, values, False, 1 / math.sqrt(64))
+        assert rel_err(out[i:i + 1], ref_o) < TOL[torch.float16]
+
+
+@pytest.mark.parametrize("sq, causal, extras", [(1, False, False), (16, True, False), (4, True, True)])
+def test_attention_with_few_queries_runs_the_decode_kernels(sq, causal, extras):
+    """rtattn.attention with a few query tokens against thousands of keys takes the decode kernels (the runtime then
+    holds a decode kernel for the config), with the same O and LSE, and a backward through them."""
+    g = torch.Generator(device="cuda").manual_seed(sq)
+    q = torch.randn(3, sq, 16, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(3, 5000, 4, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn_like(k)
+    kw = dict(window_size=(3000, 0), sinks=make_sinks(16, 3), softcap=30.0) if extras else {}
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    o, lse = rtattn.attention(*leaves, causal=causal, return_lse=True, **kw)
+    kernels = rtattn._api.default_runtime().__dict__.get("_torch_kernels", {})
+    assert any("decode" in key[-1] for key in kernels), "no decode kernel was loaded"
+    ref_o, ref_lse = sdpa_reference(q, k, v, causal, 1 / math.sqrt(128), kw.get("window_size", (-1, -1)),
+                                    kw.get("sinks"), kw.get("softcap", 0.0), torch.float64)
+    assert rel_err(o, ref_o) < TOL[torch.bfloat16]
+    assert (lse.double() - ref_lse).abs().max().item() < lse_tol(5000)
+    dout = torch.randn_like(o)
+    o.backward(dout)
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref_o2, _ = sdpa_reference(*ref, causal, 1 / math.sqrt(128), kw.get("window_size", (-1, -1)), kw.get("sinks"),
+                               kw.get("softcap", 0.0), torch.float64)
+    ref_o2.backward(dout.double())
+    for t, r in zip(leaves, ref):
+        assert rel_err(t.grad, r.grad) < TOL[torch.bfloat16] * 1.5
 
 
 @pytest.mark.parametrize("packed", [False, True])

@@ -29,7 +29,10 @@ kernels::CallSizes call_sizes(const Kernel::Impl& k, int batch, int seqlen_q, in
 void Kernel::forward(const ForwardArgs& a, void* stream) const {
     const Impl& k = impl_of(impl_);
     k.plan.family->validate_args(k.plan, k.config, a, call_sizes(k, a.batch, a.seqlen_q, a.seqlen_k, a.num_splits));
-    k.plan.family->launch({k.plan, k.config, a, *k.module, stream, k.resident_ctas});
+    kernels::check_append(k.plan, k.config, a);
+    const kernels::ForwardLaunch l{k.plan, k.config, a, *k.module, stream, k.resident_ctas};
+    if (a.seqlen_new > 0) kernels::launch_append(l);  // first: the attention reads the new rows
+    k.plan.family->launch(l);
 }
 
 std::size_t Kernel::workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits) const {

@@ -419,6 +419,7 @@ rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_fo
         f.sinks = a.sinks;
         f.softcap = a.softcap;
         f.alibi_slopes = a.alibi_slopes, f.alibi_slopes_batch_stride = a.alibi_slopes_batch_stride;
+        f.k_new = tensor(a.k_new), f.v_new = tensor(a.v_new), f.seqlen_new = a.seqlen_new;
         k.forward(f, stream);
     });
 }

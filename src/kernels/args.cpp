@@ -232,19 +232,49 @@ Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, 
 void check_prefill_kv(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a, const Rows& rows) {
     check_tensor("k", a.k, p.vec_qk, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_qk);
     check_tensor("v", a.v, p.vec_v, false, rows.batch, rows.k, c.num_heads_kv, p.head_dim_v);
-    const std::pair<const char*, bool> decode_only[] = {
-        {"seqlens_k", a.seqlens_k != nullptr}, {"block_table", a.block_table != nullptr},
-        {"page_size", a.page_size != 0},       {"pages_per_seq", a.pages_per_seq != 0},
-        {"num_pages", a.num_pages != 0}};
-    for (const auto& [field, set] : decode_only)
-        if (set) throw ArgumentError(field, "is for decode configs (config.decode); this kernel is a prefill kernel");
+    // A dense batch may be a KV cache whose sequences hold seqlens_k keys each; a varlen one has cu_seqlens_k.
+    if (c.varlen && a.seqlens_k)
+        throw ArgumentError("seqlens_k", "is for cache calls; a varlen kernel takes each sequence's keys from "
+                                         "cu_seqlens_k");
+    if (!aligned(a.seqlens_k, 4)) throw ArgumentError("seqlens_k", "must be 4-byte aligned (int32)");
+    const std::pair<const char*, bool> paged_only[] = {{"block_table", a.block_table != nullptr},
+                                                       {"page_size", a.page_size != 0},
+                                                       {"pages_per_seq", a.pages_per_seq != 0},
+                                                       {"num_pages", a.num_pages != 0}};
+    for (const auto& [field, set] : paged_only)
+        if (set) throw ArgumentError(field, "is for paged configs (config.paged_kv); this kernel reads dense K/V");
+}
+
+void check_append(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
+    if (a.seqlen_new == 0) {
+        for (const auto& [field, t] : {std::pair{"k_new", &a.k_new}, std::pair{"v_new", &a.v_new}})
+            if (t->ptr) throw ArgumentError(field, "is set but seqlen_new is 0; give the new tokens' count to append");
+        return;
+    }
+    if (c.varlen)
+        throw ArgumentError("seqlen_new", "a KV append is for cache calls (dense or paged, seqlens_k); this kernel is "
+                                          "varlen");
+    if (a.seqlen_new < 0 || a.seqlen_new > a.seqlen_k)
+        throw ArgumentError("seqlen_new", fmt::format("{} is out of range; allowed 0 (no append) .. seqlen_k ({}), the "
+                                                      "cache's bound after the append",
+                                                      a.seqlen_new, a.seqlen_k));
+    if (!a.seqlens_k)
+        throw ArgumentError("seqlens_k", "is null; a KV append (seqlen_new > 0) writes each sequence's new keys after "
+                                         "its seqlens_k cached ones");
+    // The cache is written: its rows must not overlap (an expanded, stride-0 cache would race).
+    const int slots = p.paged_kv ? a.num_pages : a.batch, rows = p.paged_kv ? a.page_size : a.seqlen_k;
+    check_tensor("k", a.k, p.vec_qk, true, slots, rows, c.num_heads_kv, p.head_dim_qk);
+    check_tensor("v", a.v, p.vec_v, true, slots, rows, c.num_heads_kv, p.head_dim_v);
+    check_tensor("k_new", a.k_new, p.vec_qk, false, a.batch, a.seqlen_new, c.num_heads_kv, p.head_dim_qk);
+    check_tensor("v_new", a.v_new, p.vec_v, false, a.batch, a.seqlen_new, c.num_heads_kv, p.head_dim_v);
 }
 
 void check_cache(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
     if (p.paged_kv) {
         // k and v are [num_pages, page_size, heads_kv, d]: the pool's extent is checked with the page count given.
-        if (a.page_size < 1 || a.page_size > 256 || (a.page_size & (a.page_size - 1)) != 0)
-            throw ArgumentError("page_size", fmt::format("{} is not allowed; a power of two in 1..256", a.page_size));
+        if (a.page_size < 1 || a.page_size > kMaxPageSize || (a.page_size & (a.page_size - 1)) != 0)
+            throw ArgumentError("page_size", fmt::format("{} is not allowed; a power of two in 1..{}", a.page_size,
+                                                         kMaxPageSize));
         // The kernels clamp table entries into the pages, so the pool's size is part of the call.
         if (a.num_pages < 1)
             throw ArgumentError("num_pages", fmt::format("{} is out of range; give the pages k and v hold (>= 1): "

@@ -19,6 +19,9 @@ inline constexpr int kDecodeMaxSeqlenQ = 16;
 // x. The batch is the grid's z (at most 65535).
 inline constexpr int kMaxSeqlen = 1 << 30;
 inline constexpr int kMaxBatch = 65535;
+// Tokens per page of a paged cache: any power of two up to this. The kernels find a key's page and slot with a shift
+// and a mask (pages of any size cost the same); past 64k tokens a page is a whole sequence (a dense cache).
+inline constexpr int kMaxPageSize = 1 << 16;
 // 2^62 bytes of 2-byte elements: past any address space, and twice it still fits an int64.
 inline constexpr std::int64_t kMaxTensorElements = std::int64_t(1) << 61;
 
@@ -52,6 +55,9 @@ Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seq
 Rows check_forward_queries(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a);
 // A prefill's dense K/V, and the serving fields refused (set, a prefill kernel would ignore them).
 void check_prefill_kv(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a, const Rows& rows);
+// A call's KV append (k_new / v_new, seqlen_new): none (seqlen_new 0, no tensors), or a cache call's (not varlen)
+// with seqlens_k and the new tokens' tensors [batch, seqlen_new, heads_kv, d].
+void check_append(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a);
 // The KV cache of a decode or paged call: dense, or paged through a block table that covers seqlen_k.
 void check_cache(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a);
 // A call's window bounds (window_size_left / right: -1 unbounded, else 0 or more; FlashAttention's convention): only

@@ -16,6 +16,7 @@ namespace rtattn::kernels {
 namespace {
 
 constexpr const char* kCombineEntry = "rtattn_dec_combine";
+constexpr int kCombineIndex = kAppendIndex + 1;
 constexpr int kCombineWarps = 4;  // dec/mma.cuh's kDecCombineWarps
 
 int row_blocks(const plan::KernelPlan& p, const AttentionConfig& c, int seqlen_q) {
@@ -47,7 +48,7 @@ public:
                                 p.mask.suffix(), p.paged_kv ? "_paged" : "", p.arch);
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back(render::bool_trait("kAlternate", alternates(p)));
-        // The third entry, after the main and merge ones.
+        // The fourth entry, after the main, merge and append ones.
         s.entries.push_back({kCombineEntry, "const rtattn::DecParams params",
                              "rtattn::flash_decode_combine<Traits>(params)", kCombineWarps * 32});
         return s;
@@ -134,6 +135,7 @@ public:
         prm.softcap_scale = f.softcap_scale;
         prm.alibi_slopes = f.alibi_slopes, prm.alibi_batch_stride = f.alibi_batch_stride;
         prm.alibi_scale = f.alibi_scale;
+        prm.seqlen_new = f.seqlen_new;
         if (prm.num_splits > 1) {
             const std::size_t rows = std::size_t(prm.num_splits) * a.batch * c.num_heads_q * a.seqlen_q;
             auto* base = static_cast<unsigned char*>(a.workspace);
@@ -150,8 +152,9 @@ public:
                       "cuLaunchKernel");
         if (prm.num_splits == 1) return;
         const long long rows = (long long)a.batch * c.num_heads_q * a.seqlen_q;
-        driver::check(api.cuLaunchKernel(l.module.functions.at(2), unsigned((rows + kCombineWarps - 1) / kCombineWarps),
-                                         1, 1, kCombineWarps * 32, 1, 1, 0, stream, args, nullptr),
+        driver::check(api.cuLaunchKernel(l.module.functions.at(kCombineIndex),
+                                         unsigned((rows + kCombineWarps - 1) / kCombineWarps), 1, 1, kCombineWarps * 32,
+                                         1, 1, 0, stream, args, nullptr),
                       "cuLaunchKernel");
     }
 };

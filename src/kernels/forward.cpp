@@ -55,6 +55,9 @@ render::StubSpec forward_stub(const plan::KernelPlan& p, const char* header, con
     s.entries.push_back({kForwardEntry, param, fmt::format("rtattn::{}<Traits>(params)", kernel_fn), p.threads()});
     s.entries.push_back({kMergeEntry, "const rtattn::MergeParams params", "rtattn::merge_states<Traits>(params)",
                          kMergeThreads});
+    if (!p.varlen)  // a cache call's KV append
+        s.entries.push_back({kAppendEntry, "const rtattn::AppendParams params", "rtattn::kv_append<Traits>(params)",
+                             kAppendThreads});
     return s;
 }
 
@@ -107,6 +110,7 @@ FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a) {
         prm.alibi_slopes = a.alibi_slopes, prm.alibi_batch_stride = a.alibi_slopes_batch_stride;
         prm.alibi_scale = float(1.0 / double(prm.scale));
     }
+    prm.seqlen_new = a.seqlen_new;
     return prm;
 }
 
@@ -117,6 +121,30 @@ void launch_merge(const driver::Module& module, const MergeParams& params, void*
     const long long ctas = (rows + kMergeThreads / 32 - 1) / (kMergeThreads / 32);
     driver::check(driver::api().cuLaunchKernel(module.functions.at(kMergeIndex), unsigned(ctas), 1, 1, kMergeThreads, 1,
                                                1, 0, static_cast<CUstream>(stream), args, nullptr),
+                  "cuLaunchKernel");
+}
+
+void launch_append(const ForwardLaunch& l) {
+    const ForwardArgs& a = l.args;
+    AppendParams prm{};
+    prm.k_cache = const_cast<void*>(a.k.ptr), prm.v_cache = const_cast<void*>(a.v.ptr);
+    prm.k_new = a.k_new.ptr, prm.v_new = a.v_new.ptr;
+    prm.kc_batch_stride = a.k.batch_stride, prm.kc_seq_stride = a.k.seq_stride, prm.kc_head_stride = a.k.head_stride;
+    prm.vc_batch_stride = a.v.batch_stride, prm.vc_seq_stride = a.v.seq_stride, prm.vc_head_stride = a.v.head_stride;
+    prm.kn_batch_stride = a.k_new.batch_stride, prm.kn_seq_stride = a.k_new.seq_stride;
+    prm.kn_head_stride = a.k_new.head_stride;
+    prm.vn_batch_stride = a.v_new.batch_stride, prm.vn_seq_stride = a.v_new.seq_stride;
+    prm.vn_head_stride = a.v_new.head_stride;
+    prm.seqlens_k = a.seqlens_k, prm.block_table = a.block_table, prm.block_table_stride = a.block_table_stride;
+    prm.page_shift = page_shift(a.page_size), prm.num_pages = a.num_pages;
+    prm.batch = a.batch, prm.seqlen_new = a.seqlen_new, prm.seqlen_k = a.seqlen_k;
+    prm.heads_kv = l.config.num_heads_kv;
+    void* args[] = {&prm};
+    const long long rows = (long long)a.batch * a.seqlen_new * prm.heads_kv;
+    const long long ctas = (rows + kAppendThreads / 32 - 1) / (kAppendThreads / 32);
+    driver::check(driver::api().cuLaunchKernel(l.module.functions.at(kAppendIndex), unsigned(ctas), 1, 1,
+                                               kAppendThreads, 1, 1, 0, static_cast<CUstream>(l.stream), args,
+                                               nullptr),
                   "cuLaunchKernel");
 }
 

@@ -59,6 +59,11 @@ inline constexpr const char* kForwardEntry = "rtattn_fwd_kernel";
 inline constexpr const char* kMergeEntry = "rtattn_merge";
 inline constexpr int kMergeIndex = 1;
 inline constexpr int kMergeThreads = 256;  // merge.cuh's kMergeWarps
+// The third, in modules that read a cache (all but varlen): a call's KV append (templates/common/append.cuh), a warp
+// per new (token, kv head) row, launched before the attention kernel.
+inline constexpr const char* kAppendEntry = "rtattn_kv_append";
+inline constexpr int kAppendIndex = 2;
+inline constexpr int kAppendThreads = 256;  // append.cuh's kAppendWarps
 
 // The traits every forward template reads: head dims and pads, dtype, mask, tile, vector widths.
 std::vector<render::Trait> common_traits(const plan::KernelPlan& p);
@@ -77,6 +82,8 @@ int row_rotation(const TensorArg& t, int page_size, bool alternate);
 FwdParams forward_params(const AttentionConfig& c, const ForwardArgs& a);
 // The merge entry over params.batch x heads x seqlen rows.
 void launch_merge(const driver::Module& module, const MergeParams& params, void* stream);
+// A call's KV append (seqlen_new > 0, validated: check_append), on the call's stream.
+void launch_append(const ForwardLaunch& l);
 // Grid: x = query block, y = query head, z = batch; one launch of the module's first entry.
 void launch_forward_grid(const ForwardLaunch& l, void* params);
 

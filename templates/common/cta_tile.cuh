@@ -42,7 +42,7 @@ __device__ __forceinline__ CtaTile cta_tile_of(const FwdParams& p, int head, int
     constexpr bool kVarlen = T::kVarlen;
     constexpr int kBlockM = T::kBlockM;
     const int kv_head = head / p.q_per_kv;
-    const Seq<kVarlen> s = seq_info<kVarlen, kPaged>(p, batch);
+    const Seq<kVarlen> s = seq_info<kVarlen, kPaged, kPaged || !kVarlen>(p, batch);  // fwd_seq_info's
     CtaTile t;
     t.q0 = m_block() * kBlockM;
     t.q = static_cast<const u16*>(p.q) + s.q_offset(p.q_batch_stride, p.q_seq_stride) + head * p.q_head_stride +

@@ -50,6 +50,9 @@ struct FwdParams {
     const float* alibi_slopes;
     long long alibi_batch_stride;
     float alibi_scale;
+    // KV append (a cache call's k_new/v_new; common/append.cuh wrote them before this kernel runs): sequence b's keys
+    // are seqlens_k[b] (clamped to seqlen_k) plus these new ones, clamped to seqlen_k again. 0 without an append.
+    int seqlen_new;
 };
 
 // Parameters of the backward kernels (bwd/mma.cuh): the forward's inputs and outputs, dO, the gradients, and the
@@ -138,6 +141,27 @@ struct DecParams {
     const float* alibi_slopes;  // kAlibi, as FwdParams: token t's position is len - seqlen_q + t
     long long alibi_batch_stride;
     float alibi_scale;
+    int seqlen_new;             // KV append, as FwdParams: len counts the appended keys
+};
+
+// Parameters of the KV append entry (common/append.cuh): a cache call's new tokens, k_new/v_new [batch, seqlen_new,
+// heads_kv, d], written into the dense or paged cache at each sequence's length (seqlens_k[b] clamped to seqlen_k)
+// before the attention kernel reads them. Rows that would land at or past seqlen_k, or in a page outside
+// 0..num_pages-1, are not written.
+struct AppendParams {
+    void* k_cache;
+    void* v_cache;
+    const void* k_new;
+    const void* v_new;
+    long long kc_batch_stride, kc_seq_stride, kc_head_stride;  // paged: batch = page stride, seq = slot stride
+    long long vc_batch_stride, vc_seq_stride, vc_head_stride;
+    long long kn_batch_stride, kn_seq_stride, kn_head_stride;
+    long long vn_batch_stride, vn_seq_stride, vn_head_stride;
+    const int* seqlens_k;       // [batch]: keys cached before this call
+    const int* block_table;     // paged: [batch, block_table_stride]
+    long long block_table_stride;
+    int page_shift, num_pages;  // paged
+    int batch, seqlen_new, seqlen_k, heads_kv;
 };
 
 // Parameters of the merge entry (common/merge.cuh): two attention states of the same rows and where the merged one

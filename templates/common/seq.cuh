@@ -44,9 +44,17 @@ __device__ __forceinline__ void clamped_range(const int* cu, int b, int total, i
     begin = min(max(cu[b], 0), end);
 }
 
-// kPaged (a paged KV cache, forward only): the keys are the sequence's cached ones, seqlens_k[b] clamped to seqlen_k;
-// K/V rows are found through the block table (paged_row), so k_begin stays 0 and cu_seqlens_k is not read.
-template <bool kVarlen, bool kPaged = false, class P>
+// A cache's keys for one sequence: `cached` (device-given, so clamped into 0..seqlen_k) and the call's `appended`
+// ones after them, at most seqlen_k in all (the append kernel drops the rest).
+__device__ __forceinline__ int cached_keys(int cached, int appended, int seqlen_k) {
+    return min(min(max(cached, 0), seqlen_k) + appended, seqlen_k);
+}
+
+// kPaged (a paged KV cache, forward only): K/V rows are found through the block table (paged_row), so k_begin stays 0
+// and cu_seqlens_k is not read.
+// kCacheLens (forward kernels reading a cache: paged, or a dense batch): seqlens_k, when given, holds each sequence's
+// cached keys, clamped to seqlen_k, plus the call's appended ones (seqlen_new, common/append.cuh), clamped again.
+template <bool kVarlen, bool kPaged = false, bool kCacheLens = kPaged, class P>
 __device__ __forceinline__ Seq<kVarlen> seq_info(const P& p, int batch) {
     Seq<kVarlen> s{batch, 0, 0, p.seqlen_q, p.seqlen_k};
     if constexpr (kVarlen) {
@@ -58,10 +66,17 @@ __device__ __forceinline__ Seq<kVarlen> seq_info(const P& p, int batch) {
             s.seqlen_k = min(k_end - s.k_begin, p.seqlen_k);
         }
     }
-    if constexpr (kPaged) {
-        if (p.seqlens_k != nullptr) s.seqlen_k = min(max(p.seqlens_k[batch], 0), p.seqlen_k);
+    if constexpr (kCacheLens) {
+        if (p.seqlens_k != nullptr) s.seqlen_k = cached_keys(p.seqlens_k[batch], p.seqlen_new, p.seqlen_k);
     }
     return s;
+}
+
+// The sequence of a forward kernel's CTA: a varlen batch's offsets, or a cache's lengths (paged, or dense with
+// seqlens_k).
+template <class T, class P>
+__device__ __forceinline__ Seq<T::kVarlen> fwd_seq_info(const P& p, int batch) {
+    return seq_info<T::kVarlen, T::kPaged, T::kPaged || !T::kVarlen>(p, batch);
 }
 
 // The page holding key `key` of the sequence whose block table row is `table`. An entry outside the cache's

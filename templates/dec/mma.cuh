@@ -14,6 +14,7 @@
 // L keys and seqlen_q tokens sees keys j <= L - seqlen_q + t.
 #pragma once
 #include "common/epilogue.cuh"
+#include "common/append.cuh"  // the module's KV append entry
 #include "common/merge.cuh"  // the module's merge entry
 #include "common/geometry.h"
 #include "common/load.cuh"
@@ -74,7 +75,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     const int split = blockIdx.x, batch = blockIdx.z;
     const int kv_head = blockIdx.y / p.row_blocks, row0 = (blockIdx.y - kv_head * p.row_blocks) * T::kBlockM;
     const int seqlen_q = p.seqlen_q, group_rows = p.q_per_kv * seqlen_q;
-    const int len = p.seqlens_k ? min(max(p.seqlens_k[batch], 0), p.seqlen_k) : p.seqlen_k;
+    const int len = p.seqlens_k ? detail::cached_keys(p.seqlens_k[batch], p.seqlen_new, p.seqlen_k) : p.seqlen_k;
     // This split's key tiles: the sequence's tiles cut into num_splits runs (a short sequence's splits are short);
     // a window's, from the tile of the first key its first token sees.
     const int tiles = (len + T::kBlockN - 1) / T::kBlockN;

@@ -10,6 +10,7 @@
 #pragma once
 #include "common/cta_tile.cuh"
 #include "common/epilogue.cuh"
+#include "common/append.cuh"  // the module's KV append entry
 #include "common/merge.cuh"  // the module's merge entry
 #include "common/geometry.h"
 #include "common/load.cuh"
@@ -278,7 +279,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     // Epilogue: normalize, stage the tile in shared memory, then write rows with full-width vector stores.
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
-    const auto seq = detail::seq_info<T::kVarlen, T::kPaged>(p, blockIdx.z);  // again, not kept live through the loop
+    const auto seq = detail::fwd_seq_info<T>(p, blockIdx.z);  // again, not kept live through the loop
     alibi.settle(row_max, lane);
     detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum,
                                                                                    sQ, warp_row0, q0, lane);

@@ -6,6 +6,7 @@
 #pragma once
 #include "common/cta_tile.cuh"
 #include "common/epilogue.cuh"
+#include "common/append.cuh"  // the module's KV append entry
 #include "common/merge.cuh"  // the module's merge entry
 #include "common/geometry.h"
 #include "common/load.cuh"
@@ -146,7 +147,7 @@ __device__ __forceinline__ void flash_fwd_sm90(const FwdParams& p) {
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // the staging area aliases Q/K/V
-    const auto seq = detail::seq_info<T::kVarlen>(p, blockIdx.z);  // again, rather than kept live through the loop
+    const auto seq = detail::fwd_seq_info<T>(p, blockIdx.z);  // again, rather than kept live through the loop
     alibi.settle(row_max, lane);
     detail::normalize_and_stage<T::kBF16, 1, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum, sQ,
                                                                           warp * 16, q0, lane);

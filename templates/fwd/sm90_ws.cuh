@@ -690,7 +690,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             ptx::bar_sync(sm90::kBarStage + wg, 128);
         else
             ptx::bar_sync(sm90::kBarEpilogue, S::kConsumerThreads);
-        const auto seq = detail::seq_info<T::kVarlen>(p, c.batch);  // again, rather than kept live through the loop
+        const auto seq = detail::fwd_seq_info<T>(p, c.batch);  // again, rather than kept live through the loop
         alibi.settle(row_max, lane);
         detail::normalize_and_stage<T::kBF16, 1, kNV, B::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum, sO,
                                                                               warp * 16, q0, lane, c.head);
