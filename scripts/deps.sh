@@ -2,7 +2,7 @@
 # Installs the build dependencies from the distribution's packages when they are missing (Debian/Ubuntu, as root).
 # Machines that already have them (or cannot reach a registry) skip this; CMake then names anything still missing.
 set -u
-pkgs=(cmake g++ make pkg-config libfmt-dev nlohmann-json3-dev catch2 libcli11-dev libssl-dev
+pkgs=(cmake g++ make pkg-config libfmt-dev nlohmann-json3-dev catch2 libcli11-dev
       python3 python3-pytest python3-pip python3-setuptools python3-wheel)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

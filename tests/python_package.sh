@@ -3,7 +3,8 @@
 # interpreter that is told nothing (no RTATTN_LIBRARY, no RTATTN_CLI): it must load the bundled library, run the
 # bundled CLI through `python -m rtattn`, and find the bundled default manifest.
 #   find:  RTATTN_PREFIX=<an install of this build>  (bundles it)
-#   build: nothing set                                (setup.py builds librtattn with CMake; slow, so last)
+#   build: nothing set                                (setup.py builds librtattn with CMake, slow, so last: a
+#                                                      portable wheel, checked for its tag and its libraries)
 # Usage: python_package.sh BUILD_DIR CMAKE_COMMAND PYTHON
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -52,5 +53,24 @@ pip_install() {  # pip_install TARGET [ENV...]
 pip_install "$tmp/found" RTATTN_PREFIX="$tmp/prefix"
 check "$tmp/found"
 rm -rf "$tmp/pkg/build" "$tmp/pkg"/*.egg-info
-pip_install "$tmp/built"
+# From source: a wheel that travels (py3-none-manylinux, the C++ runtime linked in, nothing NEEDED past the C runtime),
+# installed from its file into an empty directory.
+RTATTN_SOURCE_DIR="$source_dir" "$python" -m pip wheel --quiet --no-build-isolation --no-deps --no-index \
+  -w "$tmp/wheels" "$tmp/pkg" 2>&1 | grep -v "^\s*$" || true
+wheel=$(ls "$tmp"/wheels/rtattn-*.whl 2>/dev/null | head -1)
+case "$(basename "${wheel:-none}")" in
+  rtattn-*-py3-none-manylinux_2_*_x86_64.whl | rtattn-*-py3-none-manylinux_2_*_aarch64.whl) ;;
+  *) echo "python_package: the wheel is not py3-none-manylinux: ${wheel:-none built}" >&2; exit 1 ;;
+esac
+"$python" -m pip install --quiet --no-deps --no-index --target "$tmp/built" "$wheel"
+for f in "$tmp"/built/rtattn/lib/librtattn.so "$tmp"/built/rtattn/bin/rtattn; do
+  needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+  for lib in $needed; do
+    case "$lib" in
+      libc.so.6 | libm.so.6 | libdl.so.2 | libpthread.so.0 | librt.so.1 | libgcc_s.so.1 | ld-linux-*) ;;
+      *) echo "python_package: $(basename "$f") in the wheel needs $lib (needs: $needed)" >&2; exit 1 ;;
+    esac
+  done
+done
+echo "python_package: $(basename "$wheel") needs only the C runtime"
 check "$tmp/built"

@@ -30,6 +30,25 @@ using namespace rtattn;
 using namespace rtattn::cache;
 using namespace rtattn::test;
 
+TEST_CASE("SHA-256 gives FIPS 180-4's digests, fed whole or in pieces", "[cache]") {
+    using rtattn::util::Sha256;
+    using rtattn::util::sha256;
+    using rtattn::util::to_hex;
+    auto hex = [](std::string_view s) { return to_hex(sha256(s.data(), s.size())); };
+    CHECK(hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // 56 bytes: padding
+    CHECK(hex(two_blocks) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");  // spills over
+    const std::string million(1000000, 'a');
+    CHECK(hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    for (std::size_t piece : {1, 3, 55, 63, 64, 65, 1000}) {  // pieces that straddle the 64-byte blocks
+        Sha256 h;
+        for (std::size_t at = 0; at < 10007; at += piece) h.update(million.data() + at, std::min(piece, 10007 - at));
+        CAPTURE(piece);
+        CHECK(to_hex(h.finish()) == to_hex(sha256(million.data(), 10007)));
+    }
+}
+
 TEST_CASE("entries round-trip through the disk cache") {
     TempDir tmp;
     CapturedLog log;

@@ -132,6 +132,16 @@ TEST_CASE("rtattn info reports library, NVRTC, device and cache", "[cli]") {
     }
 }
 
+TEST_CASE("without NVRTC, precompile says what it looked for and how to point at it", "[cli]") {
+    const Cli cli;
+    const Result r = cli.raw("--cache-dir '" + cli.cache.str() + "' precompile --head-dim 64 --arch sm_80",
+                             "RTATTN_NVRTC=/nonexistent/libnvrtc.so");
+    CHECK(r.code != 0);
+    CHECK(r.err.find("NVRTC") != std::string::npos);
+    CHECK(r.err.find("RTATTN_NVRTC") != std::string::npos);
+    CHECK(r.err.find("/nonexistent/libnvrtc.so") != std::string::npos);  // what was tried
+}
+
 TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that a GPU is needed", "[cli]") {
     const Cli cli;
     const bool gpu = !cli.json_of("info --json")["device"].is_null();
@@ -317,7 +327,12 @@ TEST_CASE("rtattn precompile --pass builds backward kernels, and --cache-only ch
     CHECK(j["configs"][1]["pass"] == "backward");
     CHECK(j["configs"][1]["describe"].get<std::string>().find("(backward)") != std::string::npos);
     CHECK(j["configs"][0]["key"] != j["configs"][1]["key"]);
-    CHECK(cli.json_of("ls --json")["entries"].size() == 2);
+    const json listed = cli.json_of("ls --json")["entries"];
+    REQUIRE(listed.size() == 2);
+    CHECK(((listed[0]["pass"] == "forward" && listed[1]["pass"] == "backward") ||
+           (listed[0]["pass"] == "backward" && listed[1]["pass"] == "forward")));
+    const std::string table = cli("ls").out;  // the same config twice: the backward entry says so
+    CHECK(table.find("d80 bf16 causal h8:8 (backward)") != std::string::npos);
     // The backward set is cached, and a forward-only check of another config still reports it missing.
     const json again = cli.json_of("precompile --head-dim 80 --dtype bf16 --causal true --arch sm_80 --pass backward "
                                    "--cache-only --json");

@@ -48,12 +48,12 @@ private:
     std::string field_;
 };
 
-// NVRTC refused the rendered source. Carries everything needed to reproduce the failure.
+// NVRTC refused the rendered source (or could not be loaded: no log). Carries everything needed to reproduce it.
 class CompileError : public Error {
 public:
     CompileError(const std::string& message, std::string log, std::string options, std::string source)
-        : Error(message + "\n--- NVRTC log ---\n" + log), log_(std::move(log)), options_(std::move(options)),
-          source_(std::move(source)) {}
+        : Error(log.empty() ? message : message + "\n--- NVRTC log ---\n" + log), log_(std::move(log)),
+          options_(std::move(options)), source_(std::move(source)) {}
     CompileError(detail::FromC, const std::string& what, std::string log, std::string options, std::string source)
         : Error(what), log_(std::move(log)), options_(std::move(options)), source_(std::move(source)) {}
     const std::string& log() const noexcept { return log_; }

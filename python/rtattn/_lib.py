@@ -8,6 +8,8 @@ import ctypes
 import ctypes.util
 import os
 import pathlib
+import re
+import sys
 
 ABI_VERSION = 1
 
@@ -162,6 +164,28 @@ def _candidates():
     return out
 
 
+_nvrtc_preloaded = None
+
+
+def _preload_pip_nvrtc():
+    """When librtattn finds no NVRTC of its own: NVRTC from pip's nvidia packages (nvidia-cuda-nvrtc, which PyTorch's
+    CUDA wheels install), which lies where the loader does not look. Loaded here, it is the one librtattn's dlopen of
+    the soname then finds (a loaded library answers to its soname), when that soname is the one librtattn was built
+    for. A toolkit's NVRTC that librtattn finds comes first, so the CLI and the package name kernels alike."""
+    global _nvrtc_preloaded
+    if _nvrtc_preloaded is not None or os.environ.get("RTATTN_NVRTC"):
+        return
+    for base in sys.path:
+        for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.*", "nvidia/*/lib/libnvrtc.so.*"):
+            for p in sorted(pathlib.Path(base or ".").glob(pattern)):
+                if re.fullmatch(r"libnvrtc\.so\.\d+", p.name):
+                    try:
+                        _nvrtc_preloaded = ctypes.CDLL(str(p))
+                        return
+                    except OSError:
+                        continue
+
+
 def load():
     """Loads librtattn, declares its functions and checks its ABI version; ImportError says what was tried."""
     tried = []
@@ -182,6 +206,8 @@ def load():
         if abi != ABI_VERSION:
             raise ImportError(f"rtattn: {path} ({how}) has C ABI version {abi}; this package needs {ABI_VERSION}")
         lib.path, lib.found_how = path, how
+        if lib.rtattn_nvrtc_version() == b"unknown":
+            _preload_pip_nvrtc()
         return lib
     raise ImportError("rtattn: librtattn could not be loaded; tried:\n" + "\n".join(tried) +
                       "\nSet RTATTN_LIBRARY to the library's path, install it (cmake --install), or "

@@ -202,14 +202,19 @@ extern "C" {
 const char* rtattn_version(void) { return core::version(); }
 int32_t rtattn_abi_version(void) { return RTATTN_ABI_VERSION; }
 const char* rtattn_nvrtc_version(void) {
-    static const std::string v = [] {
+    // Kept once known; "unknown" while NVRTC cannot be loaded (asked again next time: it may be found later, e.g.
+    // once the Python package has loaded pip's). The strings outlive every caller.
+    static std::mutex mu;
+    static const std::string* known = nullptr;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!known) {
         try {
-            return rtattn::compile::nvrtc_version();
+            known = new std::string(rtattn::compile::nvrtc_version());
         } catch (...) {
-            return std::string("unknown");
+            return "unknown";
         }
-    }();
-    return v.c_str();
+    }
+    return known->c_str();
 }
 
 rtattn_status rtattn_last_error(void) { return last_error().status; }

@@ -1,10 +1,14 @@
 #include "compile/compile.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <nvrtc.h>
 
 #include <chrono>
 #include <cctype>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
 
 #include "core/errors.hpp"
 
@@ -12,14 +16,77 @@ namespace rtattn::compile {
 
 namespace {
 
+// NVRTC is found at run time, as the driver is: linked, the library (and a wheel that carries it) would load only
+// where NVRTC sits at the path it was built against. The functions this file calls, by their nvrtc.h names.
+struct Nvrtc {
+#define RTATTN_NVRTC_FUNCTIONS(X)                                                                            \
+    X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcCompileProgram) X(nvrtcDestroyProgram) \
+    X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN)
+#define RTATTN_DECLARE(name) decltype(&::name) name = nullptr;
+    RTATTN_NVRTC_FUNCTIONS(RTATTN_DECLARE)
+#undef RTATTN_DECLARE
+};
+
+// Where NVRTC is looked for, in order: $RTATTN_NVRTC (a file), the loader's own search (LD_LIBRARY_PATH, ld.so.cache),
+// the toolkit this library was built with, $CUDA_HOME, $CUDA_PATH and /usr/local/cuda.
+std::vector<std::string> nvrtc_candidates() {
+    const std::string soname = RTATTN_NVRTC_SONAME;  // the toolkit's, e.g. libnvrtc.so.13 (CMake)
+    std::vector<std::string> c;
+    if (const char* f = std::getenv("RTATTN_NVRTC"); f && *f) return {f};
+    c.push_back(soname);
+#ifdef RTATTN_NVRTC_BUILD_DIR
+    c.push_back(std::string(RTATTN_NVRTC_BUILD_DIR) + "/" + soname);
+#endif
+    for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+        if (const char* d = std::getenv(var); d && *d) c.push_back(std::string(d) + "/lib64/" + soname);
+    c.push_back("/usr/local/cuda/lib64/" + soname);
+    return c;
+}
+
+Nvrtc load_nvrtc() {
+    std::string tried;
+    void* lib = nullptr;
+    for (const std::string& path : nvrtc_candidates()) {
+        lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (lib) break;
+        const char* why = dlerror();
+        tried += fmt::format("\n  {}: {}", path, why ? why : "not found");
+    }
+    if (!lib)
+        throw CompileError(fmt::format("NVRTC ({}, the CUDA runtime compiler) was not found; it compiles every "
+                                       "kernel and names the cache's keys. Install the CUDA toolkit's NVRTC (or "
+                                       "pip's nvidia-cuda-nvrtc) and put it on LD_LIBRARY_PATH, or set RTATTN_NVRTC "
+                                       "to the file. Tried:{}",
+                                       RTATTN_NVRTC_SONAME, tried),
+                           "", "", "");
+    Nvrtc n;
+    auto resolve = [&](const char* symbol, void** slot) {
+        *slot = dlsym(lib, symbol);
+        if (!*slot) throw CompileError(fmt::format("the NVRTC found lacks {}", symbol), "", "", "");
+    };
+#define RTATTN_RESOLVE(name) resolve(#name, reinterpret_cast<void**>(&n.name));
+    RTATTN_NVRTC_FUNCTIONS(RTATTN_RESOLVE)
+#undef RTATTN_RESOLVE
+    return n;
+}
+
+const Nvrtc& nvrtc() {
+    // A failed load is retried on the next call (the error is rethrown each time, never cached as success).
+    static std::mutex mu;
+    static std::unique_ptr<Nvrtc> table;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!table) table = std::make_unique<Nvrtc>(load_nvrtc());
+    return *table;
+}
+
 void check(nvrtcResult r, const char* call) {
-    if (r != NVRTC_SUCCESS) throw Error(fmt::format("{} failed: {}", call, nvrtcGetErrorString(r)));
+    if (r != NVRTC_SUCCESS) throw Error(fmt::format("{} failed: {}", call, nvrtc().nvrtcGetErrorString(r)));
 }
 
 struct Program {
     nvrtcProgram p = nullptr;
     ~Program() {
-        if (p) nvrtcDestroyProgram(&p);
+        if (p) nvrtc().nvrtcDestroyProgram(&p);
     }
 };
 
@@ -37,7 +104,7 @@ std::string join_options(const std::vector<std::string>& opts) {
 
 std::string nvrtc_version() {
     int major = 0, minor = 0;
-    check(nvrtcVersion(&major, &minor), "nvrtcVersion");
+    check(nvrtc().nvrtcVersion(&major, &minor), "nvrtcVersion");
     return fmt::format("{}.{}", major, minor);
 }
 
@@ -85,25 +152,26 @@ Compiled compile(const render::RenderedSource& src, const std::string& arch) {
     }
     for (const auto& o : opts) opt_ptrs.push_back(o.c_str());
 
+    const Nvrtc& n = nvrtc();
     Program prog;
-    check(nvrtcCreateProgram(&prog.p, src.stub.c_str(), src.name.c_str(), int(header_texts.size()),
+    check(n.nvrtcCreateProgram(&prog.p, src.stub.c_str(), src.name.c_str(), int(header_texts.size()),
                              header_texts.data(), header_names.data()),
           "nvrtcCreateProgram");
-    const nvrtcResult result = nvrtcCompileProgram(prog.p, int(opt_ptrs.size()), opt_ptrs.data());
+    const nvrtcResult result = n.nvrtcCompileProgram(prog.p, int(opt_ptrs.size()), opt_ptrs.data());
     size_t log_size = 0;
-    nvrtcGetProgramLogSize(prog.p, &log_size);
+    n.nvrtcGetProgramLogSize(prog.p, &log_size);
     out.log.resize(log_size);
-    if (log_size) nvrtcGetProgramLog(prog.p, out.log.data());
+    if (log_size) n.nvrtcGetProgramLog(prog.p, out.log.data());
     while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
     if (result != NVRTC_SUCCESS)
         throw CompileError(fmt::format("NVRTC could not compile {} for {}: {}", src.name, arch,
-                                       nvrtcGetErrorString(result)),
+                                       n.nvrtcGetErrorString(result)),
                            out.log, out.options, src.full_text());
 
     size_t cubin_size = 0;
-    check(nvrtcGetCUBINSize(prog.p, &cubin_size), "nvrtcGetCUBINSize");
+    check(n.nvrtcGetCUBINSize(prog.p, &cubin_size), "nvrtcGetCUBINSize");
     out.cubin.resize(cubin_size);
-    check(nvrtcGetCUBIN(prog.p, out.cubin.data()), "nvrtcGetCUBIN");
+    check(n.nvrtcGetCUBIN(prog.p, out.cubin.data()), "nvrtcGetCUBIN");
     out.ptxas = parse_ptxas(out.log, src.entries.empty() ? "" : src.entries.front());
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;

@@ -532,7 +532,7 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
     cmd->add_option("--causal", *causal, "true, false or both (default both)")
         ->check(CLI::IsMember({"true", "false", "both"}));
     cmd->add_option("--gqa", o->gqa, "q heads per kv head (default 1)")->check(CLI::Range(1, 64));
-    cmd->add_option("--heads", o->heads, "query heads (default: 2048 / head_dim, 16 for d132)")->check(CLI::Range(1, 1024));
+    cmd->add_option("--heads,--heads-q", o->heads, "query heads (default: 2048 / head_dim, 16 for d132)")->check(CLI::Range(1, 1024));
     cmd->add_option("--tokens", o->tokens, "batch * seqlen (default 16384)")->check(CLI::Range(1, 1 << 24));
     cmd->add_option("--reps", o->reps, "timed runs; the median is reported (default 30)")->check(CLI::Range(1, 10000));
     cmd->add_flag("--json", o->json, "print the results as JSON on stdout (the table goes to stderr)");

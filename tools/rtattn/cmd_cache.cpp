@@ -20,7 +20,16 @@ struct EntryView {
     json info;                             // null when the entry is bad
     std::optional<AttentionConfig> config;  // when the info holds one this library reads
     std::string describe = "?";             // describe() without the arch (it has its own column)
+    const char* pass = nullptr;             // "forward" or "backward", from the stored plan's family
 };
+
+// Which pass an entry's kernels serve: the backward families are bwd_*, every other one a forward (or decode) one.
+const char* pass_of(const json& info) {
+    if (!info.is_object() || !info.contains("plan") || !info["plan"].is_object()) return nullptr;
+    const json& family = info["plan"].contains("family") ? info["plan"]["family"] : json(nullptr);
+    if (!family.is_string()) return nullptr;
+    return family.get<std::string>().rfind("bwd_", 0) == 0 ? "backward" : "forward";
+}
 
 // Only sound entries have info: the cache checked that it is a JSON object whose known fields have their types.
 EntryView view_of(const cache::Listing& l) {
@@ -41,6 +50,8 @@ EntryView view_of(const cache::Listing& l) {
             // Written by another library version with other fields: still list the entry.
         }
     }
+    v.pass = pass_of(v.info);
+    if (v.pass && std::string(v.pass) == "backward") v.describe += " (backward)";  // as precompile says it
     return v;
 }
 
@@ -97,6 +108,7 @@ int ls(const GlobalOptions& g, const LsArgs& a) {
             e["problem"] = l.ok ? json(nullptr) : json(l.problem);
             e["config"] = v.info.is_object() && v.info.contains("config") ? v.info["config"] : json(nullptr);
             e["plan"] = v.info.is_object() && v.info.contains("plan") ? v.info["plan"] : json(nullptr);
+            e["pass"] = v.pass ? json(v.pass) : json(nullptr);
             e["registers"] = figure_json(info_int(v.info, "registers"));
             e["spill_bytes"] = figure_json(info_int(v.info, "spill_bytes"));
             e["compile_seconds"] = v.info.is_object() && v.info.contains("compile_seconds")
