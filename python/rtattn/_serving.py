@@ -294,9 +294,10 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
                 workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **fields,
                 **_window_args(causal, *window), **_sinks_args(sinks), **_softcap_args(softcap),
                 **_alibi_args(alibi_slopes))
-    if sq == 0:  # an append alone: the kernel writes the rows, then attends for one dummy token into a scratch output
-        scratch = torch.empty((b, 1, hq, dv), dtype=q.dtype, device=q.device)
-        args.q, args.o, args.lse = _tensor(scratch), _tensor(scratch), None
+    if sq == 0:  # an append alone: the rows are written, then one dummy query token attends into a scratch output
+        q1 = torch.zeros((b, 1, hq, d), dtype=q.dtype, device=q.device)
+        o1 = torch.empty((b, 1, hq, dv), dtype=q.dtype, device=q.device)
+        args.q, args.o, args.lse = _tensor(q1), _tensor(o1), None
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
 

@@ -487,6 +487,20 @@ def test_kvcache_append_writes_the_new_tokens_then_attends(page_size, sq, s_new,
     del hkv
 
 
+def test_kvcache_append_without_queries_only_writes():
+    """seqlen_q 0 with new tokens (a prefill chunk whose queries run elsewhere): the rows land, O is empty."""
+    q, kc, vc, seqlens, table, _, _ = decode_setup([10, 20], 16, 4, 2, 64, torch.bfloat16, seed=4)
+    new_k = torch.randn(2, 3, 2, 64, device="cuda", dtype=torch.bfloat16)
+    new_v = torch.randn_like(new_k)
+    with torch.no_grad():
+        o = rtattn.attention_with_kvcache(q[:, :0], kc, vc, seqlens, table, k=new_k, v=new_v)
+    assert o.shape == (2, 0, 4, 64)
+    for i, n in enumerate([10, 20]):
+        t = torch.arange(n, n + 3, device="cuda")
+        pages, slots = table[i, t // 16].long(), t % 16
+        assert torch.equal(kc[pages, slots], new_k[i]) and torch.equal(vc[pages, slots], new_v[i])
+
+
 def test_kvcache_append_drops_rows_past_the_cache_and_takes_an_int_length():
     q, kc, vc, seqlens, _, ks, vs = decode_setup([10, 10], 0, 4, 2, 64, torch.float16, seed=3)  # capacity 13
     new = torch.randn(2, 5, 2, 64, device="cuda", dtype=torch.float16)
