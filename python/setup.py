@@ -88,12 +88,15 @@ def platform_tag(files, plat: str) -> str:
     """manylinux_2_<minor>_<arch>, the newest glibc symbol version the files use, when they need nothing past the C
     runtime (the C++ runtime linked in: RTATTN_STATIC_CXX_RUNTIME); else the build machine's own tag."""
     minor = 17
+    readelf = shutil.which("readelf")
+    if readelf is None:  # binutils missing: nothing can be said of the files
+        return plat
     for f in files:
         needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
-                            subprocess.run(["readelf", "-d", str(f)], capture_output=True, text=True).stdout)
+                            subprocess.run([readelf, "-d", str(f)], capture_output=True, text=True).stdout)
         if set(needed) - _MANYLINUX_LIBS:
             return plat
-        symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(f)], capture_output=True, text=True).stdout
+        symbols = subprocess.run([readelf, "--dyn-syms", "-W", str(f)], capture_output=True, text=True).stdout
         minor = max([minor] + [int(m) for m in re.findall(r"@GLIBC_2\.(\d+)", symbols)])
     arch = plat.split("_", 1)[1] if plat.startswith("linux_") else None
     return f"manylinux_2_{minor}_{arch}" if arch else plat
@@ -108,7 +111,8 @@ class PortableWheel(bdist_wheel):
         package = pathlib.Path(self.bdist_dir)
         native = [p for p in package.rglob("*") if p.is_file() and (p.name.startswith("librtattn.so") or
                                                                       p.parent.name == "bin")]
-        return "py3", "none", platform_tag(native, plat) if native else plat
+        # RTATTN_USE_SYSTEM=1 bundles nothing native: the wheel is pure Python.
+        return ("py3", "none", platform_tag(native, plat)) if native else ("py3", "none", "any")
 
 
 setup(version=version(), cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PortableWheel},

@@ -55,9 +55,13 @@ check "$tmp/found"
 rm -rf "$tmp/pkg/build" "$tmp/pkg"/*.egg-info
 # From source: a wheel that travels (py3-none-manylinux, the C++ runtime linked in, nothing NEEDED past the C runtime),
 # installed from its file into an empty directory.
-RTATTN_SOURCE_DIR="$source_dir" "$python" -m pip wheel --quiet --no-build-isolation --no-deps --no-index \
-  -w "$tmp/wheels" "$tmp/pkg" 2>&1 | grep -v "^\s*$" || true
-wheel=$(ls "$tmp"/wheels/rtattn-*.whl 2>/dev/null | head -1)
+if ! RTATTN_SOURCE_DIR="$source_dir" "$python" -m pip wheel --quiet --no-build-isolation --no-deps --no-index \
+  -w "$tmp/wheels" "$tmp/pkg" >"$tmp/wheel.log" 2>&1; then
+  tail -30 "$tmp/wheel.log" >&2
+  echo "python_package: pip wheel failed" >&2
+  exit 1
+fi
+wheel=$(find "$tmp/wheels" -name 'rtattn-*.whl' | head -1)
 case "$(basename "${wheel:-none}")" in
   rtattn-*-py3-none-manylinux_2_*_x86_64.whl | rtattn-*-py3-none-manylinux_2_*_aarch64.whl) ;;
   *) echo "python_package: the wheel is not py3-none-manylinux: ${wheel:-none built}" >&2; exit 1 ;;

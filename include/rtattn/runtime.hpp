@@ -58,6 +58,10 @@ public:
         a.sinks = args.sinks;
         a.softcap = args.softcap;
         a.alibi_slopes = args.alibi_slopes, a.alibi_slopes_batch_stride = args.alibi_slopes_batch_stride;
+        // An older librtattn reads its own, shorter struct (rtattn_forward_args_init set its size): it would drop the
+        // append without a word, so it is refused here.
+        if (args.seqlen_new != 0 && a.struct_size < offsetof(rtattn_forward_args, seqlen_new) + sizeof(a.seqlen_new))
+            throw ArgumentError("seqlen_new", "this librtattn predates the KV append (k_new / v_new); upgrade it");
         a.k_new = detail::to_c(args.k_new), a.v_new = detail::to_c(args.v_new), a.seqlen_new = args.seqlen_new;
         detail::check(rtattn_kernel_forward(handle(), &a, stream));
     }

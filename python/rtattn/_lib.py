@@ -167,7 +167,11 @@ def _candidates():
 _nvrtc_preloaded = None
 
 
-def _preload_pip_nvrtc():
+def _nvrtc_major(p: pathlib.Path) -> int:
+    return int(p.name.rsplit(".", 1)[1])
+
+
+def _preload_pip_nvrtc(lib):
     """When librtattn finds no NVRTC of its own: NVRTC from pip's nvidia packages (nvidia-cuda-nvrtc, which PyTorch's
     CUDA wheels install), which lies where the loader does not look. Loaded here, it is the one librtattn's dlopen of
     the soname then finds (a loaded library answers to its soname), when that soname is the one librtattn was built
@@ -175,15 +179,17 @@ def _preload_pip_nvrtc():
     global _nvrtc_preloaded
     if _nvrtc_preloaded is not None or os.environ.get("RTATTN_NVRTC"):
         return
-    for base in sys.path:
-        for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.*", "nvidia/*/lib/libnvrtc.so.*"):
-            for p in sorted(pathlib.Path(base or ".").glob(pattern)):
-                if re.fullmatch(r"libnvrtc\.so\.\d+", p.name):
-                    try:
-                        _nvrtc_preloaded = ctypes.CDLL(str(p))
-                        return
-                    except OSError:
-                        continue
+    found = {p.resolve() for base in sys.path
+             for pattern in ("nvidia/cuda_nvrtc/lib/libnvrtc.so.*", "nvidia/*/lib/libnvrtc.so.*")
+             for p in pathlib.Path(base or ".").glob(pattern) if re.fullmatch(r"libnvrtc\.so\.\d+", p.name)}
+    for p in sorted(found, key=_nvrtc_major, reverse=True):  # a major librtattn does not want stays unused
+        try:
+            handle = ctypes.CDLL(str(p))
+        except OSError:
+            continue
+        if lib.rtattn_nvrtc_version() != b"unknown":
+            _nvrtc_preloaded = handle
+            return
 
 
 def load():
@@ -207,7 +213,7 @@ def load():
             raise ImportError(f"rtattn: {path} ({how}) has C ABI version {abi}; this package needs {ABI_VERSION}")
         lib.path, lib.found_how = path, how
         if lib.rtattn_nvrtc_version() == b"unknown":
-            _preload_pip_nvrtc()
+            _preload_pip_nvrtc(lib)
         return lib
     raise ImportError("rtattn: librtattn could not be loaded; tried:\n" + "\n".join(tried) +
                       "\nSet RTATTN_LIBRARY to the library's path, install it (cmake --install), or "

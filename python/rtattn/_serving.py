@@ -345,6 +345,19 @@ def _kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
 _kvcache_append_op.register_fake(_kvcache_fake)
 
 
+_LIB_ARGS_SIZE = []  # the loaded librtattn's own rtattn_forward_args size, once asked
+
+
+def _library_appends() -> bool:
+    """Whether the loaded librtattn reads the append's fields: an older one reads its own, shorter struct and would
+    drop them without a word."""
+    if not _LIB_ARGS_SIZE:
+        a = _lib.ForwardArgs()
+        _lib.lib.rtattn_forward_args_init(ctypes.byref(a))
+        _LIB_ARGS_SIZE.append(a.struct_size)
+    return _LIB_ARGS_SIZE[0] >= _lib.ForwardArgs.seqlen_new.offset + ctypes.sizeof(ctypes.c_int32)
+
+
 def _check_new_kv(k, v, q, k_cache, v_cache, cache_seqlens):
     """The new tokens' K/V of an append: [batch, seqlen_new, heads_kv, head_dim(_v)], as the cache's rows."""
     if (k is None) != (v is None):
@@ -363,6 +376,8 @@ def _check_new_kv(k, v, q, k_cache, v_cache, cache_seqlens):
     if cache_seqlens is None:
         raise ArgumentError("cache_seqlens: is None; an append (k, v) writes each sequence's new tokens after its "
                             "cache_seqlens cached ones", "cache_seqlens")
+    if not _library_appends():
+        raise ArgumentError("k: the loaded librtattn predates the KV append (k, v); upgrade it", "k")
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -276,15 +276,25 @@ _ROUTE_MAX_QUERIES = 16  # the decode kernels' limit (kDecodeMaxSeqlenQ)
 _ROUTE_MIN_KEYS = 2048
 
 
+_NO_DECODE = set()  # configs whose decode kernel cannot be had (cache-only mode, no tile, a compile error)
+
+
 def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes):
     """O and LSE through the decode kernels, the whole K/V as a dense cache; None when they cannot serve the call
-    (cache-only mode without their kernel, or no decode tile for the config on this arch): the prefill kernel runs
-    instead, and refuses what it refuses."""
+    (cache-only mode without their kernel, no decode tile for the config on this arch, or arguments only the prefill
+    kernel takes): the prefill kernel runs instead, and refuses what it refuses."""
     from . import _serving  # it imports this module
+    key = (q.device, q.dtype, q.shape[3], v.shape[3], q.shape[2], k.shape[2], causal, softmax_scale,
+           _local(causal, *window), sinks is not None, bool(softcap), alibi_slopes is not None)
+    if key in _NO_DECODE:
+        return None
     try:
         return _serving._kvcache_run(q, k, v, None, None, k.shape[1], causal, softmax_scale, 0, window, sinks,
                                      softcap, alibi_slopes)
-    except (_api.CacheMissError, _api.ConfigError):
+    except (_api.CacheMissError, _api.ConfigError, _api.CompileError):
+        _NO_DECODE.add(key)  # asked again per call, a miss would cost a disk lookup and an exception each time
+        return None
+    except ArgumentError:  # this call's arguments (a layout the decode kernels refuse): the prefill kernel decides
         return None
 
 

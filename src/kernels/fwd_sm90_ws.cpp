@@ -265,8 +265,8 @@ public:
                    (tiles > kMaxGrid || (!l.plan.varlen && walk_pays && !persistence_disabled()));
         if (!prm.walk && tiles > kMaxGrid)
             throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
-                                                        "pointers or strides not 16-byte aligned, or RTATTN_TMA=0); "
-                                                        "allowed up to {}",
+                                                        "pointers or strides not 16-byte aligned, a cache's "
+                                                        "seqlens_k, or RTATTN_TMA=0); allowed up to {}",
                                                         tiles, l.plan.block_m, kMaxGrid));
         const std::int64_t ctas = prm.walk ? std::min<std::int64_t>(units, std::max(1, l.resident_ctas)) : tiles;
         void* args[] = {&prm};

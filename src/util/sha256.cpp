@@ -46,6 +46,7 @@ void Sha256::compress(const std::uint8_t* block) {
 }
 
 Sha256& Sha256::update(const void* data, std::size_t size) {
+    if (size == 0) return *this;  // data may be null (an empty field)
     const auto* p = static_cast<const std::uint8_t*>(data);
     bytes_ += size;
     if (buffered_) {  // top up a partial block first
