@@ -142,6 +142,16 @@ TEST_CASE("without NVRTC, precompile says what it looked for and how to point at
     CHECK(r.err.find("/nonexistent/libnvrtc.so") != std::string::npos);  // what was tried
 }
 
+TEST_CASE("rtattn bench names its heads as the other commands do: --heads-q, --heads-kv (or --gqa, not both)",
+          "[cli]") {
+    const Cli cli;
+    const Result both = cli("bench --head-dim 64 --heads-kv 2 --gqa 2");
+    CHECK(both.code == 2);
+    CHECK(both.all().find("--heads-kv") != std::string::npos);
+    const Result named = cli("bench --head-dim 64 --heads-q 8 --heads-kv 2 --seqlens 256 --tokens 256 --reps 1");
+    CHECK(named.code != 2);  // parsed: it runs, or says a GPU is needed
+}
+
 TEST_CASE("rtattn bench --interleave times every shape of the grid, or says that a GPU is needed", "[cli]") {
     const Cli cli;
     const bool gpu = !cli.json_of("info --json")["device"].is_null();

@@ -213,8 +213,8 @@ std::unique_ptr<Case> prepare(Runtime& rt, const BenchOptions& o, int d, int S, 
     c.config.varlen = c.varlen;
     c.H = heads_for(d, o);
     c.config.num_heads_q = c.H;
-    c.config.num_heads_kv = std::max(1, c.H / o.gqa);
-    if (c.H % c.config.num_heads_kv) c.config.num_heads_kv = c.H;
+    c.config.num_heads_kv = o.heads_kv > 0 ? o.heads_kv : std::max(1, c.H / o.gqa);
+    if (o.heads_kv == 0 && c.H % c.config.num_heads_kv) c.config.num_heads_kv = c.H;  // given: the config checks it
     c.B = c.varlen ? int(lens.size()) : std::max(1, o.tokens / S);
     if (!o.arch.empty()) c.config.arch = o.arch;
     c.kernel = rt.get(c.config);
@@ -533,6 +533,10 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
         ->check(CLI::IsMember({"true", "false", "both"}));
     cmd->add_option("--gqa", o->gqa, "q heads per kv head (default 1)")->check(CLI::Range(1, 64));
     cmd->add_option("--heads,--heads-q", o->heads, "query heads (default: 2048 / head_dim, 16 for d132)")->check(CLI::Range(1, 1024));
+    cmd->add_option("--heads-kv", o->heads_kv, "K/V heads, as the other commands' --heads-kv (default: the query heads / "
+                                               "--gqa)")
+        ->check(CLI::Range(1, 1024))
+        ->excludes("--gqa");
     cmd->add_option("--tokens", o->tokens, "batch * seqlen (default 16384)")->check(CLI::Range(1, 1 << 24));
     cmd->add_option("--reps", o->reps, "timed runs; the median is reported (default 30)")->check(CLI::Range(1, 10000));
     cmd->add_flag("--json", o->json, "print the results as JSON on stdout (the table goes to stderr)");

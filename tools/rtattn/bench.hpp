@@ -18,6 +18,7 @@ struct BenchOptions {
     std::vector<bool> causal = {false, true};
     std::vector<std::string> dtypes = {"bf16"};
     int gqa = 1;               // q heads per kv head
+    int heads_kv = 0;          // kv heads as given (--heads-kv); 0: heads / gqa
     int tokens = 16384;        // batch * seqlen (FlashAttention's benchmark convention)
     int hidden = 2048;         // heads * head_dim, approximately
     int heads = 0;             // query heads; 0: hidden / head_dim (16 for d132, as the peers' script)

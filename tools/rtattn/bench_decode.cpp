@@ -67,7 +67,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     DecodeCase& c = *cs;
     c.d = d, c.shape = shape, c.q = q, c.page = page, c.causal = causal, c.dtype = dt;
     c.H = o.heads > 0 ? o.heads : (d == 132 ? 16 : 32);
-    c.Hkv = c.H % o.gqa == 0 ? c.H / o.gqa : c.H;
+    c.Hkv = o.heads_kv > 0 ? o.heads_kv : c.H % o.gqa == 0 ? c.H / o.gqa : c.H;
     AttentionConfig cfg;
     cfg.head_dim_qk = d;
     cfg.dtype = dtype_from_string(dt);
