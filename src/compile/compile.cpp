@@ -30,10 +30,9 @@ struct Nvrtc {
 // Where NVRTC is looked for, in order: $RTATTN_NVRTC (a file), the loader's own search (LD_LIBRARY_PATH, ld.so.cache),
 // the toolkit this library was built with, $CUDA_HOME, $CUDA_PATH and /usr/local/cuda.
 std::vector<std::string> nvrtc_candidates() {
+    if (const char* f = std::getenv("RTATTN_NVRTC"); f && *f) return {f};  // set on purpose: nothing else
     const std::string soname = RTATTN_NVRTC_SONAME;  // the toolkit's, e.g. libnvrtc.so.13 (CMake)
-    std::vector<std::string> c;
-    if (const char* f = std::getenv("RTATTN_NVRTC"); f && *f) return {f};
-    c.push_back(soname);
+    std::vector<std::string> c = {soname};
 #ifdef RTATTN_NVRTC_BUILD_DIR
     c.push_back(std::string(RTATTN_NVRTC_BUILD_DIR) + "/" + soname);
 #endif
