@@ -17,13 +17,12 @@ import torch
 from . import _lib
 from ._api import MAX_SPLITS, ArgumentError
 from ._convert import INT32_MAX, boolean, fill, integer
-from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DTYPES, _alibi_args, _alibi_flag, _bwd_sinks_args, _cached,
-                     _check_alibi, _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks,
+from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DECODE_MAX_Q, _DTYPES, _alibi_args, _alibi_flag, _bwd_sinks_args,
+                     _cached, _check_alibi, _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks,
                      _keyless_lse, _local, _raw_stream, _sinks_args, _sinks_f32, _sinks_flag, _softcap_args,
                      _softcap_flag, _tensor, _window, _window_args)
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
-_DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
 
 
 def _packed(x: torch.Tensor) -> "_lib.Tensor":

@@ -272,7 +272,7 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
 # split across CTAs, where the prefill kernel reads K/V once per query head into a mostly empty query tile (seqlen_q
 # 1 against 4k-32k keys, H100: 0.39-0.41x cuDNN through it, against 0.84-0.90x). The same O and LSE, so the
 # backward of such a call is unchanged.
-_ROUTE_MAX_QUERIES = 16  # the decode kernels' limit (kDecodeMaxSeqlenQ)
+_DECODE_MAX_Q = 16  # query tokens per sequence the decode kernels take (kDecodeMaxSeqlenQ)
 _ROUTE_MIN_KEYS = 2048
 
 
@@ -303,7 +303,7 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
-    if 0 < sq <= _ROUTE_MAX_QUERIES and _ROUTE_MIN_KEYS <= sk <= INT32_MAX and b > 0:  # else: named errors below
+    if 0 < sq <= _DECODE_MAX_Q and _ROUTE_MIN_KEYS <= sk <= INT32_MAX and b > 0:  # else: named errors below
         routed = _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes)
         if routed is not None:
             return routed[0], routed[1] if return_lse else lse_placeholder(q)
