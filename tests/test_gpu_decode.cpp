@@ -42,6 +42,7 @@ struct DecodeCase {
     float softcap = 0;               // > 0: config.softcap and the call's cap
     int alibi = 0;                   // config.alibi; slopes 1: [heads_q], 2: [batch, heads_q] rows heads_q + 3 apart
     int append = 0;                  // KV append: the last `append` of each sequence's lens keys come as k_new/v_new
+    bool no_workspace = false;       // the call gets no workspace (whatever workspace_bytes() says)
     int cached(int b) const { return lens[b] - append; }  // seqlens_k: the keys in the cache before the call
 
     int batch() const { return int(lens.size()); }
@@ -90,7 +91,7 @@ struct DecodeCase {
                (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
                (softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
                (alibi ? alibi == 2 ? " alibi-per-batch" : " alibi" : "") +
-               (append ? fmt::format(" append {}", append) : "");
+               (append ? fmt::format(" append {}", append) : "") + (no_workspace ? " no workspace" : "");
     }
     std::int64_t alibi_stride() const { return alibi == 2 ? heads_q + 3 : 0; }
     std::uint32_t seed() const {
@@ -328,7 +329,7 @@ DeviceDecode upload(const DecodeProblem& p, const Kernel& kernel) {
     }
     const std::size_t ws = kernel.workspace_bytes(a.batch, a.seqlen_q, a.seqlen_k, a.num_splits);
     d.ws = driver::DeviceBuffer(std::max<std::size_t>(ws, 256));
-    a.workspace = d.ws.get(), a.workspace_bytes = ws;
+    if (!c.no_workspace) a.workspace = d.ws.get(), a.workspace_bytes = ws;
     return d;
 }
 
@@ -526,6 +527,38 @@ TEST_CASE("KV append: new tokens written into a dense or paged cache, then atten
         c.lens = {r.append, 700, 2000 + r.append, 65};  // the first sequence: nothing cached before the call
         run_case(c);
     }
+}
+
+TEST_CASE("a prefill config's few-query calls run its decode kernels: caches, masks, append, no workspace",
+          "[gpu][decode][route]") {
+    SKIP_WITHOUT_GPU();
+    struct Row {
+        int page_size, seqlen_q, d;
+        bool causal, local;
+        int append;
+    };
+    for (const Row r : {Row{0, 1, 128, false, false, 0},  // a decode step through the plain forward
+                        Row{0, 16, 64, true, false, 0},   // the most queries routed
+                        Row{16, 4, 132, true, false, 4},  // paged prefill config, speculative tokens appended
+                        Row{0, 2, 256, false, true, 0}})  // a sliding window
+        for (bool no_workspace : {false, true}) {
+            DecodeCase c;
+            c.prefill = true;  // a prefill config (dense, or paged prefill)
+            c.page_size = r.page_size, c.seqlen_q = r.seqlen_q, c.d_qk = c.d_v = r.d;
+            c.causal = r.causal, c.append = r.append;
+            c.local = r.local, c.window_left = r.local ? 700 : -1, c.window_right = r.local ? 0 : -1;
+            c.heads_q = 12, c.heads_kv = r.d == 132 ? 3 : 4;
+            c.lens = {4000, 2048, 3000 + r.append, 5 + r.append};
+            c.no_workspace = no_workspace;  // then the prefill kernel, unless the decode kernels need none
+            const Kernel k = runtime().get(c.config());
+            // The split count a prefill kernel reports is the decode kernels' (its own is 1): few sequences against
+            // thousands of keys split many ways; 17 queries, or fewer than 2048 keys, stay with the prefill kernel.
+            CHECK(k.num_splits(c.batch(), c.seqlen_q, c.seqlen_k()) > 1);
+            CHECK(k.workspace_bytes(c.batch(), c.seqlen_q, c.seqlen_k()) > 0);
+            CHECK(k.num_splits(c.batch(), 17, c.seqlen_k()) == 1);
+            CHECK(k.workspace_bytes(c.batch(), c.seqlen_q, 2047) == 0);
+            run_case(c);
+        }
 }
 
 TEST_CASE("a dense cache's prefill (more than 16 queries): each sequence's own length, every head dim's family",

@@ -215,7 +215,7 @@ typedef struct rtattn_forward_args {
     int32_t pages_per_seq;      /* the table's columns: pages_per_seq * page_size >= seqlen_k */
     int32_t page_size;          /* 1, 2, 4, ..., 65536 */
     int32_t num_splits;         /* key splits per sequence, 1..128; 0: the library chooses */
-    void* workspace;            /* device, 256-byte aligned, rtattn_kernel_workspace_bytes(...) bytes (0 for prefill) */
+    void* workspace;            /* device, 256-byte aligned, rtattn_kernel_workspace_bytes(...) bytes (see there) */
     size_t workspace_bytes;
     /* Varlen configs only (config.varlen), FlashAttention's varlen layout: q, k, v, o are [total, heads, dim] with
      * batch_stride 0; sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and o (cu_seqlens_k: k and v);
@@ -269,10 +269,15 @@ RTATTN_API void rtattn_kernel_release(rtattn_kernel* kernel); /* NULL is fine */
 RTATTN_API rtattn_status rtattn_kernel_forward(const rtattn_kernel* kernel, const rtattn_forward_args* args,
                                                void* stream);
 /* The device workspace one forward call with these sizes needs (decode: the splits' partial results; 0 for the
- * other kernels). num_splits 0: the library's choice, as rtattn_kernel_forward makes it. */
+ * other kernels). num_splits 0: the library's choice, as rtattn_kernel_forward makes it. A prefill kernel (not
+ * varlen) runs its config's decode kernels for 1..16 query tokens against 2048 keys or more (same results, the
+ * cache read 2-3x faster; the first such query compiles them unless cached): its answer is then theirs, and a call
+ * given that workspace runs them. Given less (or none), the call runs them only where they need none, else the
+ * prefill kernel; so does a config the decode kernels refuse, or a cache-only runtime without their entry. */
 RTATTN_API rtattn_status rtattn_kernel_workspace_bytes(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
                                                        int32_t seqlen_k, int32_t num_splits, size_t* out);
-/* The number of key splits a decode call with these sizes runs (num_splits 0: the library's choice); 1 otherwise. */
+/* The number of key splits a decode call with these sizes runs (num_splits 0: the library's choice), a prefill
+ * kernel's few-query call included (see rtattn_kernel_workspace_bytes); 1 otherwise. */
 RTATTN_API rtattn_status rtattn_kernel_num_splits(const rtattn_kernel* kernel, int32_t batch, int32_t seqlen_q,
                                                   int32_t seqlen_k, int32_t num_splits, int32_t* out);
 /* Two attention states of the same query rows over different keys, merged into the attention over both: O tensors

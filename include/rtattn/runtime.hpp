@@ -76,7 +76,8 @@ public:
         detail::check(rtattn_kernel_merge(handle(), &a, stream));
     }
     // Device workspace one call with these sizes needs: the decode kernels' partial results per split (0 for the
-    // prefill kernels). num_splits 0: the library's choice, as forward() makes it.
+    // prefill kernels, except a few-query call they hand to the decode kernels: rtattn_kernel_workspace_bytes).
+    // num_splits 0: the library's choice, as forward() makes it.
     std::size_t workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits = 0) const {
         std::size_t n = 0;
         detail::check(rtattn_kernel_workspace_bytes(handle(), batch, seqlen_q, seqlen_k, num_splits, &n));

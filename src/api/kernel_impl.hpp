@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <mutex>
 
 #include "driver/driver.hpp"
 #include "kernels/forward.hpp"
@@ -15,6 +16,12 @@ struct Kernel::Impl {
     KernelInfo info;
     std::shared_ptr<driver::Module> module;
     int resident_ctas = 0;  // CTAs of the main entry the device holds at once (a split-KV family's wave size)
+    // A prefill config's few-query calls run its decode twin (kernel.cpp), looked up on the first such call through
+    // the runtime that made this kernel, if that still lives.
+    std::weak_ptr<Runtime::Impl> runtime;
+    mutable std::mutex decode_mu;
+    mutable bool decode_known = false;
+    mutable std::shared_ptr<const Impl> decode;  // null: none (no decode plan, a cache-only miss, a failed compile)
 };
 
 struct BackwardKernel::Impl {

@@ -202,7 +202,7 @@ int ctas_per_sm(const driver::DeviceInfo& dev, int smem_bytes, int threads, int 
 
 }  // namespace
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_shared<Impl>(options)) {}
 Runtime::~Runtime() = default;
 
 std::shared_ptr<const Resolved> resolve(Runtime& rt, const AttentionConfig& config) {
@@ -225,20 +225,24 @@ KernelInfo Runtime::precompile_backward(const AttentionConfig& config) {
     return impl_->precompile(Impl::buildable(*r));
 }
 
-Kernel Runtime::get(const AttentionConfig& config) {
-    const auto r = impl_->resolver.resolve(config);
+std::shared_ptr<const Kernel::Impl> get_kernel(const std::shared_ptr<Runtime::Impl>& rt,
+                                               const AttentionConfig& config) {
+    const auto r = rt->resolver.resolve(config);
     const auto dev = device_for(r->config.arch, r->plan.smem_bytes);
-    const auto b = Impl::buildable(*r);
-    const auto got = impl_->fetch(b);
+    const auto b = Runtime::Impl::buildable(*r);
+    const auto got = rt->fetch(b);
     auto impl = std::make_shared<Kernel::Impl>();
-    impl->module = impl_->module_for(b, got, r->plan.smem_bytes, dev);
-    impl->info = impl_->make_info(b, got);
+    impl->module = rt->module_for(b, got, r->plan.smem_bytes, dev);
+    impl->info = rt->make_info(b, got);
     registers_from_module(impl->info, *impl->module);
     impl->config = r->config;
     impl->plan = r->plan;
     impl->resident_ctas = dev.sms * ctas_per_sm(dev, r->plan.smem_bytes, r->plan.threads(), impl->info.registers);
-    return Kernel(std::move(impl));
+    impl->runtime = rt;
+    return impl;
 }
+
+Kernel Runtime::get(const AttentionConfig& config) { return Kernel(get_kernel(impl_, config)); }
 
 BackwardKernel Runtime::get_backward(const AttentionConfig& config) {
     const auto r = impl_->resolver.resolve_backward(config);

@@ -90,7 +90,9 @@ public:
     struct Impl;
     Impl& impl() { return *impl_; }  // library-internal (the CLI and tests reach the resolver through it)
 private:
-    std::unique_ptr<Impl> impl_;
+    // Shared only so a Kernel can hold it weakly (its few-query calls reach their decode kernel through it while
+    // the Runtime lives); the Runtime is its one owner.
+    std::shared_ptr<Impl> impl_;
 };
 
 // Library version string, e.g. "0.1.0".

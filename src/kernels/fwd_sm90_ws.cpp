@@ -178,6 +178,12 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
     }
 }
 
+// The grid's x holds at most this many CTAs: a persistent kernel given more query tiles must walk them.
+constexpr std::int64_t kMaxGrid = 0x7fffffff;
+
+std::int64_t query_tiles(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a) {
+    return std::int64_t((a.seqlen_q + p.block_m - 1) / p.block_m) * c.num_heads_q * a.batch;
+}
 
 int staging(const plan::KernelPlan& p) {
     return !p.persistent ? geometry::kStageOverTiles : p.o_apart ? geometry::kStageApart : geometry::kStageOverQ;
@@ -242,6 +248,21 @@ public:
             s.traits.push_back({"bool", name, v ? "true" : "false"});
         return s;
     }
+    // The walk loads with TMA (the cp.async producer holds no walk): a persistent call with more query tiles than a
+    // grid holds needs maps that encode. Checked here, before anything launches: an append would otherwise have
+    // written the cache of a call then refused.
+    void validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
+                       const CallSizes& z) const override {
+        ForwardFamily::validate_args(p, c, a, z);
+        if (!p.persistent || query_tiles(p, c, a) <= kMaxGrid) return;
+        FwdParamsTma prm{};
+        encode_kv_maps(p, a, c.num_heads_kv, prm);
+        if (prm.use_tma == 0)
+            throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
+                                                        "pointers or strides not 16-byte aligned, a cache's "
+                                                        "seqlens_k, or RTATTN_TMA=0); allowed up to {}",
+                                                        query_tiles(p, c, a), p.block_m, kMaxGrid));
+    }
     void launch(const ForwardLaunch& l) const override {
         FwdParamsTma prm{};
         prm.p = forward_params(l.config, l.args);
@@ -255,19 +276,13 @@ public:
         // where that is asked for.
         const std::int64_t per_head = l.plan.mask.causal ? (prm.m_blocks + 1) / 2 : prm.m_blocks;
         const std::int64_t units = per_head * l.config.num_heads_q * l.args.batch;
-        const std::int64_t tiles = std::int64_t(prm.m_blocks) * l.config.num_heads_q * l.args.batch;
-        constexpr std::int64_t kMaxGrid = 0x7fffffff;
+        const std::int64_t tiles = query_tiles(l.plan, l.config, l.args);
         // O staged over Q, the next Q loads after the store: non-causal d132 at S=4096 (32 query blocks) walked at
         // 0.93x a CTA per tile, at S<=2048 1.04-1.29x (H100); d256 within 1-4% either way there. Causal walks gained
         // 1.04-1.18x at d132 up to S=4096.
         const bool walk_pays = l.plan.o_apart || l.plan.mask.causal || prm.m_blocks <= 16;
-        prm.walk = prm.use_tma != 0 &&
+        prm.walk = prm.use_tma != 0 &&  // (more tiles than a grid holds: TMA, validate_args made sure)
                    (tiles > kMaxGrid || (!l.plan.varlen && walk_pays && !persistence_disabled()));
-        if (!prm.walk && tiles > kMaxGrid)
-            throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
-                                                        "pointers or strides not 16-byte aligned, a cache's "
-                                                        "seqlens_k, or RTATTN_TMA=0); allowed up to {}",
-                                                        tiles, l.plan.block_m, kMaxGrid));
         const std::int64_t ctas = prm.walk ? std::min<std::int64_t>(units, std::max(1, l.resident_ctas)) : tiles;
         void* args[] = {&prm};
         driver::check(driver::api().cuLaunchKernel(l.module.functions.at(0), unsigned(ctas), 1, 1,
