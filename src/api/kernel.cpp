@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "api/kernel_impl.hpp"
 #include "api/runtime_internal.hpp"
@@ -62,6 +63,17 @@ void launch(const Kernel::Impl& k, const ForwardArgs& a, void* stream) {
     k.plan.family->launch(l);
 }
 
+// Sizes checked by the kernel, then by the one a call of them runs (the decode twin, for a routed call): its splits
+// and their workspace are the answers.
+std::pair<const Kernel::Impl&, kernels::CallSizes> sized(const Kernel::Impl& k, int batch, int seqlen_q, int seqlen_k,
+                                                         int num_splits) {
+    k.plan.family->check_call(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
+    const Kernel::Impl& r = route_of(k, seqlen_q, seqlen_k);
+    const kernels::CallSizes z = call_sizes(r, batch, seqlen_q, seqlen_k, num_splits);
+    r.plan.family->check_call(r.plan, r.config, z);
+    return {r, z};
+}
+
 }  // namespace
 
 void Kernel::forward(const ForwardArgs& a, void* stream) const {
@@ -84,22 +96,13 @@ void Kernel::forward(const ForwardArgs& a, void* stream) const {
     launch(k, a, stream);
 }
 
-// A routed call's sizes answer for the decode twin: its splits and their workspace.
 std::size_t Kernel::workspace_bytes(int batch, int seqlen_q, int seqlen_k, int num_splits) const {
-    const Impl& k = impl_of(impl_);
-    k.plan.family->check_call(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
-    const Impl& r = route_of(k, seqlen_q, seqlen_k);
-    const kernels::CallSizes z = call_sizes(r, batch, seqlen_q, seqlen_k, num_splits);
-    r.plan.family->check_call(r.plan, r.config, z);
+    const auto [r, z] = sized(impl_of(impl_), batch, seqlen_q, seqlen_k, num_splits);
     return r.plan.family->workspace_bytes(r.plan, r.config, z);
 }
 
 int Kernel::num_splits(int batch, int seqlen_q, int seqlen_k, int num_splits) const {
-    const Impl& k = impl_of(impl_);
-    k.plan.family->check_call(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
-    const Impl& r = route_of(k, seqlen_q, seqlen_k);
-    const kernels::CallSizes z = call_sizes(r, batch, seqlen_q, seqlen_k, num_splits);
-    r.plan.family->check_call(r.plan, r.config, z);
+    const auto [r, z] = sized(impl_of(impl_), batch, seqlen_q, seqlen_k, num_splits);
     return r.plan.family->num_splits(r.plan, r.config, z);
 }
 
