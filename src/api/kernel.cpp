@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <mutex>
 #include <utility>
 
 #include "api/kernel_impl.hpp"
@@ -37,9 +38,7 @@ const Kernel::Impl* decode_twin(const Kernel::Impl& k, int seqlen_q, int seqlen_
     if (k.config.decode || k.config.varlen || seqlen_q < 1 || seqlen_q > kernels::kDecodeMaxSeqlenQ ||
         seqlen_k < kRouteMinKeys)
         return nullptr;
-    std::lock_guard<std::mutex> lock(k.decode_mu);
-    if (!k.decode_known) {
-        k.decode_known = true;
+    std::call_once(k.decode_once, [&k] {
         if (const auto rt = k.runtime.lock()) {
             AttentionConfig c = k.config;
             c.decode = true;
@@ -48,13 +47,8 @@ const Kernel::Impl* decode_twin(const Kernel::Impl& k, int seqlen_q, int seqlen_
             } catch (const Error&) {  // the prefill kernel serves every call it served before
             }
         }
-    }
+    });
     return k.decode.get();
-}
-
-const Kernel::Impl& route_of(const Kernel::Impl& k, int seqlen_q, int seqlen_k) {
-    const Kernel::Impl* d = decode_twin(k, seqlen_q, seqlen_k);
-    return d ? *d : k;
 }
 
 void launch(const Kernel::Impl& k, const ForwardArgs& a, void* stream) {
@@ -68,7 +62,8 @@ void launch(const Kernel::Impl& k, const ForwardArgs& a, void* stream) {
 std::pair<const Kernel::Impl&, kernels::CallSizes> sized(const Kernel::Impl& k, int batch, int seqlen_q, int seqlen_k,
                                                          int num_splits) {
     k.plan.family->check_call(k.plan, k.config, call_sizes(k, batch, seqlen_q, seqlen_k, num_splits));
-    const Kernel::Impl& r = route_of(k, seqlen_q, seqlen_k);
+    const Kernel::Impl* d = decode_twin(k, seqlen_q, seqlen_k);
+    const Kernel::Impl& r = d ? *d : k;
     const kernels::CallSizes z = call_sizes(r, batch, seqlen_q, seqlen_k, num_splits);
     r.plan.family->check_call(r.plan, r.config, z);
     return {r, z};

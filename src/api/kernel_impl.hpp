@@ -19,8 +19,7 @@ struct Kernel::Impl {
     // A prefill config's few-query calls run its decode twin (kernel.cpp), looked up on the first such call through
     // the runtime that made this kernel, if that still lives.
     std::weak_ptr<Runtime::Impl> runtime;
-    mutable std::mutex decode_mu;
-    mutable bool decode_known = false;
+    mutable std::once_flag decode_once;          // after the lookup, a call pays one atomic load, no lock
     mutable std::shared_ptr<const Impl> decode;  // null: none (no decode plan, a cache-only miss, a failed compile)
 };
 
