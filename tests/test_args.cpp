@@ -269,6 +269,20 @@ TEST_CASE("KV append: a cache call's new tokens, with seqlens_k, tensors checked
     x.p = rtattn::plan::plan(x.c);
     x.a.seqlen_new = 1;
     CHECK_THROWS_AS(rtattn::kernels::check_append(x.p, x.c, x.a), rtattn::ArgumentError);  // "is varlen"
+    // One warp per new row along the grid's x: at most (2^31 - 1) x 8 rows (batch x seqlen_new x heads_kv, 2 here).
+    Call big = call(64, false, false);
+    big.a.seqlens_k = lens, big.a.batch = 64, big.a.seqlen_k = 1 << 28;
+    auto append_field = [&](int seqlen_new) {
+        big.a.seqlen_new = seqlen_new;
+        try {
+            rtattn::kernels::check_append(big.p, big.c, big.a);
+        } catch (const rtattn::ArgumentError& e) {
+            return e.field();
+        }
+        return std::string();
+    };
+    CHECK(append_field(1 << 28) == "seqlen_new");                          // 2^35 rows
+    CHECK(append_field(std::int32_t(std::int64_t(INT32_MAX) * 8 / 128)) != "seqlen_new");  // the most that fit
 }
 
 TEST_CASE("a prefill against a paged cache checks the cache, and takes packed queries only", "[args]") {

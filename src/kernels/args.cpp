@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 #include <string>
 
 #include "common/geometry.h"
 #include "core/errors.hpp"
+#include "kernels/forward.hpp"  // kAppendThreads
 
 namespace rtattn::kernels {
 
@@ -261,6 +263,14 @@ void check_append(const plan::KernelPlan& p, const AttentionConfig& c, const For
     if (!a.seqlens_k)
         throw ArgumentError("seqlens_k", "is null; a KV append (seqlen_new > 0) writes each sequence's new keys after "
                                          "its seqlens_k cached ones");
+    // The append kernel takes one warp per new row, the rows along the grid's x (at most 2^31 - 1 CTAs): more would
+    // leave rows unwritten.
+    const std::int64_t new_rows = std::int64_t(a.batch) * a.seqlen_new * c.num_heads_kv;
+    const std::int64_t max_rows = std::int64_t(INT32_MAX) * (kAppendThreads / 32);
+    if (new_rows > max_rows)
+        throw ArgumentError("seqlen_new", fmt::format("batch {} x seqlen_new {} x heads_kv {} = {} new rows; the "
+                                                      "append takes at most {}",
+                                                      a.batch, a.seqlen_new, c.num_heads_kv, new_rows, max_rows));
     // The cache is written: its rows must not overlap (an expanded, stride-0 cache would race).
     const int slots = p.paged_kv ? a.num_pages : a.batch, rows = p.paged_kv ? a.page_size : a.seqlen_k;
     check_tensor("k", a.k, p.vec_qk, true, slots, rows, c.num_heads_kv, p.head_dim_qk);
