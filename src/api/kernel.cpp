@@ -107,8 +107,9 @@ void Kernel::merge(const MergeArgs& a, void* stream) const {
     const int heads = k.config.num_heads_q;
     if (a.batch < 1) throw ArgumentError("batch", fmt::format("{} is out of range; allowed >= 1", a.batch));
     if (a.seqlen < 1) throw ArgumentError("seqlen", fmt::format("{} is out of range; allowed >= 1", a.seqlen));
-    // One warp per row, the rows along the grid's x (at most 2^31 - 1 CTAs).
-    const std::int64_t rows = std::int64_t(a.batch) * heads * a.seqlen, max_rows = std::int64_t(INT32_MAX) * 8;
+    // One warp per row, the rows along the grid's x.
+    const std::int64_t rows = std::int64_t(a.batch) * heads * a.seqlen;
+    const std::int64_t max_rows = kernels::max_warp_rows(kernels::kMergeThreads);
     if (rows > max_rows)
         throw ArgumentError("seqlen", fmt::format("batch {} x heads_q {} x seqlen {} = {} rows; the merge takes at "
                                                   "most {}",

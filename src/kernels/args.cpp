@@ -5,13 +5,12 @@
 
 #include <algorithm>
 #include <array>
-#include <climits>
 #include <cmath>
 #include <string>
 
 #include "common/geometry.h"
 #include "core/errors.hpp"
-#include "kernels/forward.hpp"  // kAppendThreads
+#include "kernels/forward.hpp"  // kAppendThreads, max_warp_rows
 
 namespace rtattn::kernels {
 
@@ -263,10 +262,9 @@ void check_append(const plan::KernelPlan& p, const AttentionConfig& c, const For
     if (!a.seqlens_k)
         throw ArgumentError("seqlens_k", "is null; a KV append (seqlen_new > 0) writes each sequence's new keys after "
                                          "its seqlens_k cached ones");
-    // The append kernel takes one warp per new row, the rows along the grid's x (at most 2^31 - 1 CTAs): more would
-    // leave rows unwritten.
+    // The append kernel takes one warp per new row: more than its grid holds would leave rows unwritten.
     const std::int64_t new_rows = std::int64_t(a.batch) * a.seqlen_new * c.num_heads_kv;
-    const std::int64_t max_rows = std::int64_t(INT32_MAX) * (kAppendThreads / 32);
+    const std::int64_t max_rows = max_warp_rows(kAppendThreads);
     if (new_rows > max_rows)
         throw ArgumentError("seqlen_new", fmt::format("batch {} x seqlen_new {} x heads_kv {} = {} new rows; the "
                                                       "append takes at most {}",

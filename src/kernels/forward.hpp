@@ -4,6 +4,7 @@
 // per row; plan, render and launch ask the family and never branch on its knobs.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,9 @@ inline constexpr int kMergeThreads = 256;  // merge.cuh's kMergeWarps
 inline constexpr const char* kAppendEntry = "rtattn_kv_append";
 inline constexpr int kAppendIndex = 2;
 inline constexpr int kAppendThreads = 256;  // append.cuh's kAppendWarps
+// The rows a warp-per-row launch of `threads` a CTA holds: its CTAs go along the grid's x, at most 2^31 - 1 of them
+// (the merge and the append check their calls against it before launching).
+inline constexpr std::int64_t max_warp_rows(int threads) { return std::int64_t(0x7fffffff) * (threads / 32); }
 
 // The traits every forward template reads: head dims and pads, dtype, mask, tile, vector widths.
 std::vector<render::Trait> common_traits(const plan::KernelPlan& p);
