@@ -149,13 +149,13 @@ bool encode_shift(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
 // the coordinate steps) and sets out.use_tma. use_tma stays 0, and the kernel loads with cp.async, when the tiles are
 // not swizzled or a map cannot be encoded: a base or stride not 16-byte aligned (e.g. a head dim not a multiple of 8
 // packed as [B, S, H, D] without split or shifted rows; a box may not start mid-16 bytes). Encoded per launch: the
-// pointers change. A cache's sequences (seqlens_k) load with cp.async too: TMA fills zeros only past the map's rows
-// (seqlen_k, the capacity), so a sequence's last key block would bring the stale slots after its length, and a
-// masked score's P = 0 times a NaN there is NaN (cp.async zero-fills rows past each sequence's length).
+// pointers change. A dense cache's sequences (seqlens_k) load by TMA too, though its boxes fill zeros only past the
+// map's rows (seqlen_k, the capacity): the consumers zero the V rows a sequence's last key block brought from past its
+// length (fwd/sm90_ws.cuh, zero_rows_from); K's there are masked.
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;
     out.split_classes = 2;
-    if (!p.swizzle || tma::disabled() || a.seqlens_k) return;
+    if (!p.swizzle || tma::disabled()) return;
     const KvRows rows = p.varlen ? KvRows{1, a.total_k} : KvRows{a.batch, a.seqlen_k};
     bool ok = false;
     if (p.split_rows) {
@@ -259,8 +259,8 @@ public:
         encode_kv_maps(p, a, c.num_heads_kv, prm);
         if (prm.use_tma == 0)
             throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
-                                                        "pointers or strides not 16-byte aligned, a cache's "
-                                                        "seqlens_k, or RTATTN_TMA=0); allowed up to {}",
+                                                        "pointers or strides not 16-byte aligned, or "
+                                                        "RTATTN_TMA=0); allowed up to {}",
                                                         query_tiles(p, c, a), p.block_m, kMaxGrid));
     }
     void launch(const ForwardLaunch& l) const override {

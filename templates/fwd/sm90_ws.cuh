@@ -464,6 +464,18 @@ __device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK,
     }
 }
 
+// Zeroes rows [from, kRows) of a V tile, every padded column, 16 bytes a store (rows are whole 16-byte chunks in every
+// layout). A cache's last key block, when TMA brought it: the box reaches past the sequence's length into slots the
+// cache has not filled (stale, maybe NaN), and P = 0 there still makes 0 x NaN in PV. (cp.async zero-fills them;
+// loading the whole cache that way ran a dense cache's prefill at 0.53-0.59x the TMA kernel, d132 0.27x, H200.)
+template <class L, int kRows, int kPad, int kThreads>
+__device__ __forceinline__ void zero_rows_from(detail::u16* tile, int from, int tid) {
+    constexpr int kChunks = kPad / 8;
+#pragma unroll 1
+    for (int i = from * kChunks + tid; i < kRows * kChunks; i += kThreads)
+        *reinterpret_cast<detail::Vec16*>(tile + L::offset(i / kChunks, i % kChunks * 8)) = detail::Vec16{};
+}
+
 template <class T>
 __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     const FwdParams& p = pt.p;
@@ -670,6 +682,15 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             }
             const int last = ring.slot(it + n_blocks - 1);
             wait_full(ring.full_v(last), it + n_blocks - 1);
+            if constexpr (T::kSwizzle && !T::kVarlen) {  // a dense cache's lengths: the keys end inside the block
+                const int keys = seqlen_k - (cta.n_first + n_blocks - 1) * T::kBlockN;
+                if (p.seqlens_k != nullptr && pt.use_tma != 0 && keys < T::kBlockN) {
+                    // Every consumer warpgroup zeroes the same rows with the same zeros, then waits for its own.
+                    zero_rows_from<LV, T::kBlockN, T::kPadV, 128>(sV + last * B::kVElems, keys, ctid);
+                    ptx::bar_sync(sm90::kBarQ + wg, 128);
+                    wgmma::fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
+                }
+            }
             my_turn();
             wgmma::fence();
             sm90::issue_pv<T>(acc_o, pa, v_at(last));
