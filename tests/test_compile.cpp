@@ -142,6 +142,27 @@ TEST_CASE("templates compile with 0 spills for the common head dims", "[compile]
     }
 }
 
+TEST_CASE("a paged cache's prefill on sm_90a compiles with 0 spills: whole, shifted rows, 112-key tiles, packed",
+          "[compile][nvrtc][paged]") {
+    // Eight kv heads: packed rows of 16-byte multiples, so head dims off the 8 grid take shifted rows (d36: with 128
+    // query rows, the three-consumer producer having spilled; d140, which would split rows densely).
+    for (int d : {36, 64, 128, 140, 192, 256}) {
+        AttentionConfig c;
+        c.head_dim_qk = d, c.arch = "sm_90a", c.num_heads_q = c.num_heads_kv = 8;
+        c.dtype = d % 3 ? rtattn::Dtype::bf16 : rtattn::Dtype::fp16;
+        c.causal = d % 64 != 0, c.varlen = d == 140 || d == 36;
+        c.paged_kv = true;
+        const auto p = rtattn::plan::plan(c);
+        CAPTURE(d, p.kernel());
+        CHECK(p.family == &rtattn::kernels::fwd_sm90_ws());
+        const auto out = rtattn::compile::compile(rtattn::kernels::render_plan(p), "sm_90a");
+        INFO("NVRTC log:\n" << out.log);
+        CHECK(out.ptxas.spill_store_bytes == 0);
+        CHECK(out.ptxas.spill_load_bytes == 0);
+        CHECK(out.ptxas.stack_bytes == 0);
+    }
+}
+
 TEST_CASE("sliding-window kernels compile with 0 spills, forward and backward", "[compile][nvrtc][local]") {
     // Each family once at least: fwd_mma (sm_80), fwd_sm90_ws whole, split (d132, 2 kv heads) and shifted rows
     // (d100, 8), its persistent walk (d128), varlen; bwd_mma, bwd_sm90_ws (d128, d132 pairs, d256 dQ by TMA). Not the
@@ -441,9 +462,11 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
                 const int heads_kv = job.kind == varlen_forward ? 1 : std::string(job.arch) == "sm_90a" ? 8 : 2;
                 entries(build(job.d, job.arch, dt, causal, 0, varlen, heads_kv), {"rtattn_fwd_kernel", "rtattn_merge"});
             } else if (job.kind == paged_forward) {
-                // A prefill against a paged cache, its queries packed for d % 4 in {0, 1}.
+                // A prefill against a paged cache, its queries packed for d % 4 in {0, 1}; on sm_90a with 8 kv heads,
+                // so that every head dim there plans the warp-specialized kernel's paged boxes (shifted rows).
                 AttentionConfig c;
                 c.head_dim_qk = job.d, c.arch = job.arch, c.dtype = dt, c.causal = causal;
+                c.num_heads_q = c.num_heads_kv = std::string(job.arch) == "sm_90a" ? 8 : 1;
                 c.paged_kv = true, c.varlen = job.d % 4 < 2;
                 entries(rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), job.arch),
                         {"rtattn_fwd_kernel", "rtattn_merge"});

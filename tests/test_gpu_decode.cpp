@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <cstring>
 #include <climits>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <numeric>
 #include <random>
 
 #include "gpu_harness.hpp"
+#include "testutil.hpp"
 
 using namespace rtattn;
 using namespace rtattn::test::gpu;
@@ -43,6 +46,7 @@ struct DecodeCase {
     int alibi = 0;                   // config.alibi; slopes 1: [heads_q], 2: [batch, heads_q] rows heads_q + 3 apart
     int append = 0;                  // KV append: the last `append` of each sequence's lens keys come as k_new/v_new
     bool no_workspace = false;       // the call gets no workspace (whatever workspace_bytes() says)
+    bool split_rows = false;         // plans with split rows where they fit (RTATTN_ROWS=split), not the table's choice
     int cached(int b) const { return lens[b] - append; }  // seqlens_k: the keys in the cache before the call
 
     int batch() const { return int(lens.size()); }
@@ -91,7 +95,8 @@ struct DecodeCase {
                (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
                (softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
                (alibi ? alibi == 2 ? " alibi-per-batch" : " alibi" : "") +
-               (append ? fmt::format(" append {}", append) : "") + (no_workspace ? " no workspace" : "");
+               (append ? fmt::format(" append {}", append) : "") + (no_workspace ? " no workspace" : "") +
+               (split_rows ? " split rows" : "");
     }
     std::int64_t alibi_stride() const { return alibi == 2 ? heads_q + 3 : 0; }
     std::uint32_t seed() const {
@@ -389,10 +394,25 @@ void poison(DeviceDecode& d) {
     d.ws.fill_u32(0x7fc00000u);  // partial results must be written before the combine reads them
 }
 
+// A runtime whose plans take split rows wherever they fit: RTATTN_ROWS, read when a runtime is made (a paged cache's
+// prefill on sm_90a takes shifted rows by itself).
+Runtime& split_rows_runtime() {
+    static test::TempDir dir{"rtattn-gpu-split-rows"};
+    static const std::unique_ptr<Runtime> rt = [] {
+        RuntimeOptions o;
+        o.cache_dir = dir.str();
+        setenv("RTATTN_ROWS", "split", 1);
+        auto r = std::make_unique<Runtime>(o);
+        unsetenv("RTATTN_ROWS");
+        return r;
+    }();
+    return *rt;
+}
+
 // One problem's run, judged against the float64 reference.
 void run_problem(const DecodeProblem& p) {
     const DecodeCase& c = p.c;
-    const Kernel kernel = runtime().get(c.config());
+    const Kernel kernel = (c.split_rows ? split_rows_runtime() : runtime()).get(c.config());
     DeviceDecode d = upload(p, kernel);
     poison(d);
     sync_legacy_stream();
@@ -499,6 +519,40 @@ TEST_CASE("paged prefill (chunked prefill): query chunks against a paged cache, 
         c.page_size = 16;
         c.q_lens = {300, 1, 0, 64};
         c.lens = {1000, 1, 77, 64};
+        run_case(c);
+    }
+}
+
+TEST_CASE("paged prefill on sm_90a: every producer of the warp-specialized kernel, pages below, at and above a tile",
+          "[gpu][decode][paged]") {
+    SKIP_WITHOUT_GPU();
+    // d64 (three consumer warpgroups), d128, d132, d36 and d140 (shifted rows), d140 with split rows too (tails
+    // loaded per row through the table), d192 (112-key tiles: boxes of 16 rows at most), d256 (64-key tiles). Pages
+    // of 2 and 4 rows load with cp.async, 8..1024 by TMA in boxes of a page or of the tile's largest power-of-two
+    // part. Lengths end inside pages and tiles; the pool's other slots hold NaN (make_problem), so a box that brought
+    // a slot past a length into PV, or a box issued past the sequence's pages, shows. (On other arches these run the
+    // mma.sync kernel, as before.)
+    for (int d : {36, 64, 128, 132, 140, -140, 192, 256})
+        for (int ps : {2, 4, 8, 32, 128, 1024}) {
+            DecodeCase c;
+            c.prefill = true;
+            c.split_rows = d < 0, d = std::abs(d);
+            c.d_qk = c.d_v = d;
+            c.dtype = d % 3 == 0 ? Dtype::fp16 : Dtype::bf16;
+            c.page_size = ps;
+            c.head_major = ps == 32;
+            c.causal = ps != 128;
+            c.seqlen_q = 77;
+            c.lens = {700, 77, 1500, 8, 129};  // 8: keys fewer than the queries (their first rows see none, causal)
+            run_case(c);
+        }
+    for (int d : {64, 140}) {  // packed queries, GQA, a sequence without queries or keys
+        DecodeCase c;
+        c.prefill = true, c.causal = true, c.d_qk = c.d_v = d;
+        c.heads_q = 12, c.heads_kv = 4;
+        c.page_size = 64;
+        c.q_lens = {300, 1, 0, 64, 200};
+        c.lens = {1000, 1, 0, 64, 333};
         run_case(c);
     }
 }

@@ -415,21 +415,50 @@ TEST_CASE("varlen configs plan as their dense twins, forward and backward, with 
             }
 }
 
-TEST_CASE("a prefill against a paged cache plans on the mma.sync family everywhere, and has no backward", "[plan]") {
+TEST_CASE("a prefill against a paged cache plans on the warp-specialized kernel on sm_90a where its rows go by TMA, "
+          "else on mma.sync, and has no backward",
+          "[plan]") {
     for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"})
         for (int d : {1, 64, 128, 132, 256})
-            for (bool varlen : {false, true}) {
-                AttentionConfig c = cfg(d, arch);
-                c.paged_kv = true;
-                c.varlen = varlen;
-                const KernelPlan p = plan(c);
-                CAPTURE(arch, d, varlen);
-                CHECK(p.family == &rtattn::kernels::fwd_mma());
-                CHECK(p.paged_kv);
-                CHECK(p.kernel().find("paged") != std::string::npos);
-                CHECK(rtattn::kernels::render_plan(p).stub.find("kPaged = true") != std::string::npos);
-                CHECK(p.smem_bytes <= rtattn::arch::get(arch).smem_optin);
-            }
+            for (int heads : {1, 8})
+                for (bool varlen : {false, true}) {
+                    AttentionConfig c = cfg(d, arch, 0, heads);
+                    c.paged_kv = true;
+                    c.varlen = varlen;
+                    const KernelPlan p = plan(c);
+                    CAPTURE(arch, d, heads, varlen);
+                    // TMA rows: head dims of 8s, or packed rows of 16-byte multiples (d1 x 8 heads, d132 x 8 heads,
+                    // shifted rows). Never the cooperative wgmma kernel: its loads do not gather pages.
+                    const bool tma = std::string(arch) == "sm_90a" && (d % 8 == 0 || heads == 8);
+                    CHECK(p.family == (tma ? &rtattn::kernels::fwd_sm90_ws() : &rtattn::kernels::fwd_mma()));
+                    if (tma) {
+                        CHECK_FALSE(p.split_rows);  // a page looked up per row's tail spilled; shifted rows per box
+                        CHECK((!p.shift_rows || p.block_m <= 128));  // three consumers' producer: 32 registers
+                        CHECK(rtattn::geometry::paged_box_rows(p.block_n, 1024) >= rtattn::geometry::kMinPagedBox);
+                    }
+                    CHECK(p.paged_kv);
+                    CHECK(p.kernel().find("paged") != std::string::npos);
+                    CHECK(rtattn::kernels::render_plan(p).stub.find("kPaged = true") != std::string::npos);
+                    CHECK(p.smem_bytes <= rtattn::arch::get(arch).smem_optin);
+                }
+    // d64 of 8s keeps three consumer warpgroups (its producer issues whole rows and did not spill).
+    AttentionConfig d64 = cfg(64, "sm_90a", 0, 8);
+    d64.paged_kv = true;
+    CHECK(plan(d64).block_m == 192);
+    // A 112-key tile (d192) meets pages on 16-row bounds: boxes of at most 16 rows.
+    AttentionConfig d192 = cfg(192, "sm_90a", 0, 8);
+    d192.paged_kv = true;
+    CHECK(plan(d192).block_n == 112);
+    CHECK(rtattn::geometry::paged_box_rows(112, 1024) == 16);
+    CHECK(rtattn::geometry::paged_box_rows(128, 1024) == 128);
+    CHECK(rtattn::geometry::paged_box_rows(128, 16) == 16);
+    // The cooperative kernel by a tile override (schedule 0) is refused for a paged cache, naming the field.
+    try {
+        plan(d64, "128,128,8,1,2,0,0");
+        FAIL("a paged config planned on the cooperative kernel");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "tile_override");
+    }
     AttentionConfig c = cfg(128, "sm_90a");
     c.paged_kv = true;
     try {

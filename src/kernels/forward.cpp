@@ -14,7 +14,11 @@ void ForwardFamily::check_call(const plan::KernelPlan&, const AttentionConfig&, 
 void ForwardFamily::validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
                                   const CallSizes& z) const {
     check_call(p, c, z);
-    check_prefill_kv(p, c, a, check_forward_queries(p, c, a));
+    const auto queries = check_forward_queries(p, c, a);
+    if (p.paged_kv)  // a prefill against a paged cache (chunked prefill): K/V through the block table
+        check_cache(p, c, a);
+    else
+        check_prefill_kv(p, c, a, queries);
 }
 
 const ForwardFamily* forward_family(const std::string& name) {

@@ -32,14 +32,6 @@ public:
         s.traits.push_back(render::bool_trait("kRotateRows", p.rotate_rows));
         return s;
     }
-    // A prefill against a paged cache (chunked prefill) reads K/V through the block table.
-    void validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
-                       const CallSizes& z) const override {
-        if (!p.paged_kv) return ForwardFamily::validate_args(p, c, a, z);
-        check_call(p, c, z);
-        check_forward_queries(p, c, a);
-        check_cache(p, c, a);
-    }
     void launch(const ForwardLaunch& l) const override {
         FwdParams prm = forward_params(l.config, l.args);
         launch_forward_grid(l, &prm);

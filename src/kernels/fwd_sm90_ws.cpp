@@ -41,9 +41,11 @@ bool persistence_disabled() {
 }
 
 // The K or V rows the maps span: [batch, seqlen_k] dense, one [total_k] run when packed (varlen; the kernel adds its
-// sequence's first row to the seq coordinate).
+// sequence's first row to the seq coordinate), [num_pages, page_size] for a paged cache (the kernel looks the page
+// up); and the rows of a box (a key tile, or what fits a page: geometry::paged_box_rows).
 struct KvRows {
     int batch, seqlen;
+    int box;
 };
 
 // Map dims follow the smaller of the seq and head strides (a map's head stride is head_step heads: split rows'
@@ -90,8 +92,8 @@ bool encode_split(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
         for (int cls = 0; cls < std::min(classes, heads_kv); ++cls) {
             const View k = split_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch, cls, classes, out.k_rot[cls]);
             const View v = split_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch, cls, classes, out.v_rot[cls]);
-            if (!tma::encode_panels(out.k_map + 2 * cls, k, k_main, p.block_n, p.bf16, out.tma_seq_dim) ||
-                !tma::encode_panels(out.v_map + 2 * cls, v, v_main, p.block_n, p.bf16, out.tma_seq_dim))
+            if (!tma::encode_panels(out.k_map + 2 * cls, k, k_main, rows.box, p.bf16, out.tma_seq_dim) ||
+                !tma::encode_panels(out.v_map + 2 * cls, v, v_main, rows.box, p.bf16, out.tma_seq_dim))
                 return false;
         }
         out.split_classes = classes;
@@ -131,7 +133,7 @@ bool encode_shifted(const plan::KernelPlan& p, const TensorArg& t, int dim, int 
         col_step = 0, head_step = 1;
         seq_dim = t.seq_stride <= t.head_stride ? 1 : 2;
     }
-    return tma::encode_panels(maps, v, tile_cols, p.block_n, p.bf16, seq_dim);
+    return tma::encode_panels(maps, v, tile_cols, rows.box, p.bf16, seq_dim);
 }
 
 bool encode_shift(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, int heads_kv, FwdParamsTma& out) {
@@ -151,12 +153,15 @@ bool encode_shift(const plan::KernelPlan& p, const ForwardArgs& a, KvRows rows, 
 // packed as [B, S, H, D] without split or shifted rows; a box may not start mid-16 bytes). Encoded per launch: the
 // pointers change. A dense cache's sequences (seqlens_k) load by TMA too, though its boxes fill zeros only past the
 // map's rows (seqlen_k, the capacity): the consumers zero the V rows a sequence's last key block brought from past its
-// length (fwd/sm90_ws.cuh, zero_rows_from); K's there are masked.
+// length (fwd/sm90_ws.cuh, zero_rows_from); K's there are masked. A paged cache's maps span the pool, in boxes of a
+// page or less (fwd/sm90_ws.cuh, KvBoxes); pages of fewer than 8 rows load with cp.async.
 void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_kv, FwdParamsTma& out) {
     out.use_tma = 0;
     out.split_classes = 2;
-    if (!p.swizzle || tma::disabled()) return;
-    const KvRows rows = p.varlen ? KvRows{1, a.total_k} : KvRows{a.batch, a.seqlen_k};
+    if (!p.swizzle || tma::disabled() || (p.paged_kv && a.page_size < geometry::kMinPagedBox)) return;
+    const KvRows rows = p.paged_kv ? KvRows{a.num_pages, a.page_size, geometry::paged_box_rows(p.block_n, a.page_size)}
+                        : p.varlen ? KvRows{1, a.total_k, p.block_n}
+                                   : KvRows{a.batch, a.seqlen_k, p.block_n};
     bool ok = false;
     if (p.split_rows) {
         ok = encode_split(p, a, rows, heads_kv, out);
@@ -164,9 +169,9 @@ void encode_kv_maps(const plan::KernelPlan& p, const ForwardArgs& a, int heads_k
         ok = encode_shift(p, a, rows, heads_kv, out);
     } else if (set_seq_dim(a, 1, out)) {
         ok = tma::encode_panels(out.k_map, whole_rows(a.k, p.head_dim_qk, rows.seqlen, heads_kv, rows.batch),
-                                p.pad_qk, p.block_n, p.bf16, out.tma_seq_dim) &&
+                                p.pad_qk, rows.box, p.bf16, out.tma_seq_dim) &&
              tma::encode_panels(out.v_map, whole_rows(a.v, p.head_dim_v, rows.seqlen, heads_kv, rows.batch),
-                                geometry::v_tile_cols(p.pad_v, p.wide_v), p.block_n, p.bf16, out.tma_seq_dim);
+                                geometry::v_tile_cols(p.pad_v, p.wide_v), rows.box, p.bf16, out.tma_seq_dim);
     }
     out.use_tma = ok ? 1 : 0;
     if (!ok) {  // cp.async loads rows unrotated and unshifted (split_classes is still 2: encode_split sets it only on
@@ -221,6 +226,11 @@ public:
         // d148 and d156 (split rows, V padded to 160, O over Q): the consumers' 216 registers do not hold the tile walk
         // as well (4 bytes of spills, causal).
         if (p.persistent && !p.o_apart && p.split_rows && p.pad_v == 160) p.persistent = false;
+        // A paged cache's packed queries: a CTA per tile, as packed sequences launch anyway (they walk only past 2^31
+        // tiles, which a grid of query blocks x heads x sequences holds); the walk's code beside the page lookups
+        // spilled 4-16 bytes in the producer with wide O (d161..233, 56 registers). Shifted rows with wide O: the
+        // same, 4 bytes at d216.
+        if (p.paged_kv && (p.varlen || (p.shift_rows && p.pad_v > 160))) p.persistent = false;
     }
     int min_stages() const override { return 2; }  // block j's K and block j-1's V are held at once
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32 + 128; }  // + the producer
@@ -235,6 +245,7 @@ public:
         if (p.shift_rows) k += ", shifted rows";
         if (p.wide_v) k += ", one PV instruction";
         if (p.persistent) k += p.o_apart ? ", persistent" : ", persistent (O staged over Q)";
+        if (p.paged_kv) k += ", paged KV cache";
         return k;
     }
     render::StubSpec stub(const plan::KernelPlan& p) const override {

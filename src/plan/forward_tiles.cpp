@@ -179,9 +179,11 @@ void choose_rows(KernelPlan& p, const std::string& rows) {
                           tail_k >= rotation(p.head_dim_qk) && tail_v >= rotation(p.head_dim_v);
     const bool pv_saves = wide_pv && 10 * (shift_pad(p.head_dim_v) - split.pad_v) >= shift_pad(p.head_dim_v);
     const bool split_pays = split_fits && ((boxes_32 && (wide_pv || p.head_dim_qk % 16 == 12)) || pv_saves);
+    // A paged cache's split rows would look a page up for every row's tail in the producer threads (d76..236 spilled
+    // 4-104 bytes there); shifted rows look pages up only per box.
     const bool shift = rows == "shift"   ? shift_addressable(p)
                        : rows == "split" ? false
-                                         : shift_addressable(p) && !split_pays;
+                                         : shift_addressable(p) && (!split_pays || p.paged_kv);
     if (shift) {
         p.shift_rows = true;
         p.pv_step = 16, p.pad_qk = shift_pad(p.head_dim_qk), p.pad_v = shift_pad(p.head_dim_v);
@@ -242,11 +244,13 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.pv_step = shifted.pv_step, p.shift_rows = true;
             p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
         }
-        if (p.shift_rows && p.varlen && p.mask.causal && p.warps == 12) {
+        if (p.shift_rows && ((p.varlen && p.mask.causal) || p.paged_kv) && p.warps == 12) {
             // The three-consumer tile's producer has 32 registers: packed causal sequences' tile walk plus the
-            // shifted rows' zeroing spilled 4 bytes there (d33, 34, 41); two consumer warpgroups leave it 64.
+            // shifted rows' zeroing spilled 4 bytes there (d33, 34, 41), a paged cache's boxes 4-64 bytes (d1..60);
+            // two consumer warpgroups leave it 64.
             p.block_m = 128, p.warps = 8;
-            p.reason += "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
+            p.reason += p.paged_kv ? "; paged KV cache: 128 query rows (three consumers' producer spilled)"
+                                   : "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
         }
     }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {

@@ -63,14 +63,27 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     }
     // V pads to 8 first (the n of mma.m16n8k16 in PV); a table row may ask for 16.
     const arch::Arch& ai = fill_problem(p, c, 8);
-    // A paged cache in prefill (chunked prefill against it) is served by the mma.sync family on every arch: the
-    // Hopper families' producers (TMA boxes, strided cp.async) do not gather rows from pages. (The cooperative wgmma
-    // kernel with a table lookup per 16-byte copy ran 0.29-0.31x the dense kernel on an H200, mma.sync 0.38-0.42x.)
+    // A paged cache in prefill (chunked prefill against it): the warp-specialized Hopper kernel, whose producer
+    // boxes K/V by TMA a page at a time (fwd/sm90_ws.cuh, KvBoxes), where its rows go by TMA; else the mma.sync
+    // family. (The cooperative wgmma kernel, with a table lookup per 16-byte cp.async, ran 0.29-0.31x the dense
+    // kernel on an H200, mma.sync 0.38-0.42x.)
     p.paged_kv = c.paged_kv;
     p.kv_rows_16b = kv_rows_16b(c);
-    choose_forward_tile(p, ai, /*mma_only=*/c.paged_kv, options.rows, options.rows_field);
-    if (c.paged_kv) p.reason += "; paged KV cache: the mma.sync family (the wgmma loads do not gather pages)";
-    if (!options.tile_override.empty()) apply_tile_override(p, options.tile_override, options.tile_field);
+    choose_forward_tile(p, ai, false, options.rows, options.rows_field);
+    if (c.paged_kv && p.family != &kernels::fwd_sm90_ws() && p.family != &kernels::fwd_mma()) {
+        choose_forward_tile(p, ai, /*mma_only=*/true, options.rows, options.rows_field);
+        p.reason += "; paged KV cache without TMA rows: the mma.sync family (the cooperative kernel's loads do not "
+                    "gather pages)";
+    } else if (c.paged_kv && p.family == &kernels::fwd_sm90_ws()) {
+        p.reason += "; paged KV cache: TMA boxes of a page or less, a table lookup per box";
+    }
+    if (!options.tile_override.empty()) {
+        apply_tile_override(p, options.tile_override, options.tile_field);
+        if (c.paged_kv && p.family != &kernels::fwd_sm90_ws() && p.family != &kernels::fwd_mma())
+            throw ConfigError(options.tile_field, "a paged KV cache runs on the warp-specialized wgmma kernel "
+                                                  "(schedule 1 or 2) or the mma.sync one; schedule 0 (cooperative) "
+                                                  "does not gather pages");
+    }
     p.family->settle(p);
 
     // Arches with less shared memory: narrow the key tile to 64 first (per-tile overhead grows, but the pipeline

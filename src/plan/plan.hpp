@@ -58,7 +58,7 @@ struct KernelPlan {
     // fwd_sm90_ws: a CTA per SM loops over tiles (where O's staging fits shared memory: over Q at least), with O
     // staged in bytes of its own where those fit too (o_apart; geometry::kStage*).
     bool persistent = false, o_apart = false;
-    bool paged_kv = false;    // dec_mma: K and V through a block table
+    bool paged_kv = false;    // K and V through a block table (decode, prefill against a paged cache)
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
     std::string reason;  // the table row's reason, and what changed it

@@ -75,6 +75,15 @@ RTATTN_GEOMETRY bool split_rows_fit(int d_qk, int pad_qk, int d_v, int v_cols) {
     return split_fits(d_qk, pad_qk) && split_fits(d_v, v_cols);
 }
 
+// A paged cache's TMA boxes (the warp-specialized forward): the rows of one box, which must not cross a page and must
+// start a tile's rows on a whole swizzle atom (8 rows): the page size, at most the largest power of two dividing the
+// key tile (a 112-key tile's blocks start on 16-row bounds only). Pages of fewer than kMinPagedBox rows go by
+// cp.async.
+constexpr int kMinPagedBox = 8;
+RTATTN_GEOMETRY int paged_box_rows(int block_n, int page_size) {
+    return (block_n & -block_n) < page_size ? (block_n & -block_n) : page_size;
+}
+
 // Shifted rows: packed heads of a width off the 16 grid start anywhere modulo 32 bytes. Each K/V row lands whole, by
 // a TMA box that starts at the 32-byte boundary at or before the row (16-byte where the tile has too little room:
 // a box may not start off 16 bytes, and runs at full speed only 32-byte aligned), so the tile holds the row shifted

@@ -25,7 +25,7 @@ struct FwdParams {
     const int* cu_seqlens_q;
     const int* cu_seqlens_k;
     int total_q, total_k;
-    // Paged KV cache (kPaged, the mma.sync family): key j of sequence b is in page
+    // Paged KV cache (kPaged: the mma.sync and warp-specialized Hopper families): key j of sequence b is in page
     // block_table[b * block_table_stride + (j >> page_shift)], slot j & (page size - 1); the K/V batch stride is the
     // page stride. Keys per sequence: seqlens_k[b] clamped to seqlen_k (nullptr: seqlen_k), not cu_seqlens_k. Table
     // entries outside 0..num_pages-1 read as the last page (detail::page_of).

@@ -41,9 +41,11 @@ struct FwdShapeSm90Ws {
                   "O staged over Q fits the bytes before the K/V ring");
     // Register split (65536 per SM, one CTA). The producer computes cp.async addresses (the TMA path needs next to
     // nothing); consumers hold O, S and P. Wide O (d_v > 160) takes the registers from the producer.
-    // Two different load loops (d_qk != d_v) cost the producer more registers; narrow O can spare them.
+    // Two different load loops (d_qk != d_v) cost the producer more registers; narrow O can spare them, and so does
+    // a paged cache's producer (a page looked up per box, or per 16-byte copy on pages below 8 rows).
     static constexpr bool kMixed = T::kHeadDimQK != T::kHeadDimV && T::kPadV <= 128;
-    static constexpr int kProducerRegs = kConsumers == 3 ? 32 : T::kPadV > 160 ? 56 : kMixed || T::kSplitRows ? 72 : 64;
+    static constexpr int kProducerRegs =
+        kConsumers == 3 ? 32 : T::kPadV > 160 ? 56 : kMixed || T::kSplitRows || T::kPaged ? 72 : 64;
     static constexpr int kConsumerRegs =
         kConsumers == 3 ? 160 : kConsumers == 1 ? 240 : T::kPadV > 160 ? 224 : kMixed ? 208 : 216;
     // cp.async fallback: unrolling the producer's load loop 4x keeps more copies in flight (+13% at d128 on an
@@ -135,7 +137,7 @@ struct CtaTiles {
 
 template <class T>
 __device__ __forceinline__ detail::CtaTile tile_at(const FwdParamsTma& pt, detail::TileCoord c) {
-    return detail::cta_tile<T>(pt.p, c);
+    return detail::cta_tile<T, T::kPaged>(pt.p, c);
 }
 // Varlen: a tile past its sequence's end (the grid covers the longest) has nothing to do, not even an epilogue.
 template <class T>
@@ -144,38 +146,102 @@ __device__ __forceinline__ bool idle_tile(const detail::CtaTile& cta) {
 }
 }  // namespace sm90
 
-// TMA producer, one warp (lane 0 does the work): a box per panel and tile, completing on the slot's full barrier.
-// Rows past seqlen_k and columns past the head dim arrive as zeros, so tails and padding need no extra work.
+// Where a key block's K/V rows come from, as TMA boxes. Dense or packed K/V: one box of kBlockN rows at seq
+// coordinate k_begin + key, map batch coordinate the sequence (0 when packed). A paged cache (kPaged): the maps span
+// the pool's [num_pages, page_size] rows (batch coordinate the page, seq the slot) in boxes of the page size, at
+// most the largest power of two dividing kBlockN (a 112-key block meets pages on 16-row bounds), as the host encodes
+// them (geometry::paged_box_rows). Lane i of the issuing warp takes box i and looks its page up
+// itself (one coalesced read of the table row per block); only boxes that start before the sequence's last key are
+// issued: the table's later entries are not the sequence's, and may lie past its row. The rows no box brings hold an
+// earlier tile's data: K's are masked in S, V's zeroed by the consumers (zero_rows_from). Page sizes below 8 load
+// with cp.async (the host leaves use_tma 0), so every box starts on a whole swizzle atom (8 rows) of every panel
+// width: it lands as one box of the whole tile would.
+template <class T>
+struct KvBoxes {
+    const FwdParamsTma& pt;  // (the parameter block: its fields are read where used, holding no registers)
+    int seq0, batch;         // the sequence's first row and map batch coordinate; paged: 0 and the sequence
+    __device__ __forceinline__ KvBoxes(const FwdParamsTma& pt_, const detail::CtaTile& cta, detail::TileCoord c)
+        : pt(pt_), seq0(cta.k_begin), batch(T::kVarlen && !T::kPaged ? 0 : c.batch) {}
+    // Paged: the sequence's block table row (formed where used: held across the block loop, it spilled).
+    __device__ __forceinline__ const int* table() const {
+        return pt.p.block_table + batch * pt.p.block_table_stride;
+    }
+    __device__ __forceinline__ int box_rows() const {
+        return T::kPaged ? geometry::paged_box_rows(T::kBlockN, 1 << pt.p.page_shift) : T::kBlockN;
+    }
+    // The rows the boxes of the block starting at key `key` bring: their bytes are what its barrier expects.
+    __device__ __forceinline__ int rows(int key, int seqlen_k) const {
+        if constexpr (!T::kPaged) return T::kBlockN;
+        const int box = box_rows();
+        return min(T::kBlockN, (seqlen_k - key + box - 1) / box * box);
+    }
+    // This lane's box of that block, if it has one: its first row in the tile and its seq and batch coordinates.
+    __device__ __forceinline__ bool mine(int key, int seqlen_k, int lane, int& row, int& seq, int& at) const {
+        if constexpr (!T::kPaged) {
+            row = 0, seq = seq0 + key, at = batch;
+            return true;  // (the caller is the one issuing thread)
+        }
+        row = lane * box_rows();
+        if (row >= T::kBlockN || key + row >= seqlen_k) return false;
+        seq = (key + row) & ((1 << pt.p.page_shift) - 1);
+        at = detail::page_of(table(), key + row, pt.p.page_shift, pt.p.num_pages);
+        return true;
+    }
+};
+
+// Issues one tile's boxes for a panel layout L: the box of rows from `row` of each panel lands `row` rows into it
+// (a row of a panel of kind k is 128 >> k bytes: 64 columns and narrower, wide V's panels being 64 columns).
+template <class L, class F>
+__device__ __forceinline__ void for_each_box_panel(int row, F f) {
+    L::for_each_panel([&](int kind, int col, int offset) { f(kind, col, offset + row * (128 >> kind)); });
+}
+
+// One K or V block's barrier: the issuing lane (lane 0) expects the boxes' bytes before any lane issues one.
+template <class T>
+__device__ __forceinline__ void expect_boxes(ptx::u32 full, int bytes, int lane) {
+    if (!T::kPaged || lane == 0) ptx::mbar_arrive_expect_tx(full, bytes);
+    if constexpr (T::kPaged) __syncwarp();
+}
+
+// TMA producer, one warp (lane 0 does the work; with a paged cache each lane issues a page's box): a box per panel
+// and tile, completing on the slot's full barrier. Rows past seqlen_k and columns past the head dim arrive as zeros,
+// so tails and padding need no extra work (a cache's rows past a sequence's length: KvBoxes).
 // Varlen: the maps span the packed total_k rows, so a tile's rows past its sequence are the next sequence's keys:
 // masked in S like any tail, and those V rows meet P = 0 (finite data, as the caller's other sequences are).
 // `it`: the ring position of the tile's first key block (key blocks of earlier tiles, persistent).
 template <class T>
 __device__ __forceinline__ void produce_tma(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
                                             sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta,
-                                            detail::TileCoord c, int it) {
+                                            detail::TileCoord c, int it, int lane) {
     using detail::u32;
     using B = FwdShapeSm90<T>;
     using LK = sm90::TileLayout<T::kBlockN, T::kPadQK, true>;
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
-    const int kv_head = c.head / pt.p.q_per_kv, batch = T::kVarlen ? 0 : c.batch;
+    const int kv_head = c.head / pt.p.q_per_kv;
+    const KvBoxes<T> boxes(pt, cta, c);
     for (int j = 0; j < cta.n_blocks; ++j) {
-        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + (cta.n_first + j) * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), key = (cta.n_first + j) * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(b);
         const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
-        const int c1 = pt.tma_seq_dim == 1 ? k0 : kv_head, c2 = pt.tma_seq_dim == 1 ? kv_head : k0;
+        const int rows = boxes.rows(key, cta.seqlen_k);
+        int row, seq, at;
+        const bool mine = boxes.mine(key, cta.seqlen_k, lane, row, seq, at);
+        const int c1 = pt.tma_seq_dim == 1 ? seq : kv_head, c2 = pt.tma_seq_dim == 1 ? kv_head : seq;
         if (b >= kSt) ptx::mbar_wait(empty_k, parity);
-        ptx::mbar_arrive_expect_tx(full_k, 2 * B::kKElems);
-        LK::for_each_panel([&](int kind, int col, int offset) {
-            ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], col, c1, c2, batch, full_k);
-        });
+        expect_boxes<T>(full_k, 2 * (B::kKElems / T::kBlockN) * rows, lane);
+        if (mine)
+            for_each_box_panel<LK>(row, [&](int kind, int col, int offset) {
+                ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], col, c1, c2, at, full_k);
+            });
         if (b >= kSt) ptx::mbar_wait(empty_v, parity);
-        ptx::mbar_arrive_expect_tx(full_v, 2 * B::kVElems);
-        LV::for_each_panel([&](int kind, int col, int offset) {
-            ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], col, c1, c2, batch, full_v);
-        });
+        expect_boxes<T>(full_v, 2 * (B::kVElems / T::kBlockN) * rows, lane);
+        if (mine)
+            for_each_box_panel<LV>(row, [&](int kind, int col, int offset) {
+                ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], col, c1, c2, at, full_v);
+            });
     }
 }
 
@@ -203,15 +269,16 @@ struct SplitTail {
     __device__ __forceinline__ bool idle() const { return piece >= kPieces; }  // lanes past a row's pieces
     __device__ __forceinline__ bool wide() const { return kWide && piece < kPieces - 1; }  // a 16-byte piece
     // This thread's pieces of the tile's block `block` (key block first + block); rows past the tile or past seqlen_k
-    // hold zeros: V rows there meet P = 0, and 0 * garbage must not be NaN.
-    __device__ __forceinline__ void load(uint4 (&t)[kPasses], const detail::u16* g, long long stride, int block,
-                                         int n_blocks, int first, int seqlen_k) const {
+    // hold zeros: V rows there meet P = 0, and 0 * garbage must not be NaN. row(key): where key `key`'s row starts.
+    template <class Row>
+    __device__ __forceinline__ void load(uint4 (&t)[kPasses], Row row, int block, int n_blocks, int first,
+                                         int seqlen_k) const {
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
             const int r = row0 + kRowsPerPass * i, key = (first + block) * kBlockN + r;
             t[i] = make_uint4(0, 0, 0, 0);
             if (block < n_blocks && r < kBlockN && key < seqlen_k && !idle()) {
-                const detail::u16* src = g + key * stride + elem;
+                const detail::u16* src = row(key) + elem;
                 if (wide()) {
                     t[i] = ptx::ldg_nc_u128(src);
                 } else {
@@ -257,7 +324,7 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     const FwdParams& p = pt.p;
-    const int kv_head = c.head / p.q_per_kv, batch = T::kVarlen ? 0 : c.batch;
+    const int kv_head = c.head / p.q_per_kv;
     const int cls = kv_head % pt.split_classes;
     const int n_blocks = cta.n_blocks;
     const int head_coord = kv_head / pt.split_classes;  // each map's head dimension steps split_classes kv heads
@@ -269,39 +336,57 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     const TailV tail_v(ptid, S::kMainV, pt.v_rot[cls], T::kHeadDimV);
     const TmaMap* k_maps = pt.k_map + 2 * cls;
     const TmaMap* v_maps = pt.v_map + 2 * cls;
+    const KvBoxes<T> boxes(pt, cta, c);
+    // Where key `key`'s K (V) row starts, for the tails: strided, or in its page.
+    const auto k_row = [&](int key) {
+        if constexpr (T::kPaged)
+            return detail::paged_row(cta.k, boxes.table(), p.page_shift, p.num_pages, p.k_batch_stride, p.k_seq_stride,
+                                     key);
+        return cta.k + key * p.k_seq_stride;
+    };
+    const auto v_row = [&](int key) {
+        if constexpr (T::kPaged)
+            return detail::paged_row(cta.v, boxes.table(), p.page_shift, p.num_pages, p.v_batch_stride, p.v_seq_stride,
+                                     key);
+        return cta.v + key * p.v_seq_stride;
+    };
 
     // Each thread's next pieces wait in registers until their slot frees.
     uint4 k_next[TailK::kPasses], v_next[TailV::kPasses];
-    tail_k.load(k_next, cta.k, p.k_seq_stride, 0, n_blocks, cta.n_first, cta.seqlen_k);
-    tail_v.load(v_next, cta.v, p.v_seq_stride, 0, n_blocks, cta.n_first, cta.seqlen_k);
+    tail_k.load(k_next, k_row, 0, n_blocks, cta.n_first, cta.seqlen_k);
+    tail_v.load(v_next, v_row, 0, n_blocks, cta.n_first, cta.seqlen_k);
     for (int j = 0; j < n_blocks; ++j) {
-        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + (cta.n_first + j) * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), key = (cta.n_first + j) * T::kBlockN;
         const u32 full_k = ring.full_k(slot), full_v = ring.full_v(slot);
         const u32 empty_k = ring.empty_k(slot), empty_v = ring.empty_v(slot);
         const u32 parity = ring.empty_parity(b);
-        const int c1 = pt.tma_seq_dim == 1 ? k0 : head_coord, c2 = pt.tma_seq_dim == 1 ? head_coord : k0;
+        const int rows = boxes.rows(key, cta.seqlen_k);
+        int row, seq, at;
+        const bool mine = boxes.mine(key, cta.seqlen_k, ptid, row, seq, at);
+        const int c1 = pt.tma_seq_dim == 1 ? seq : head_coord, c2 = pt.tma_seq_dim == 1 ? head_coord : seq;
         // One tile: wait for the slot, TMA the main panels, store this thread's tail pieces, arrive, fetch the next.
         // `layout` is LK or LV (a tag: only its static members are used).
         auto fill = [&](auto layout, int main_cols, u32 empty, u32 full, u16* dst, const TmaMap* maps,
-                        const auto& tail, auto& pieces, const u16* g, long long stride) {
+                        const auto& tail, auto& pieces, const auto& row_of) {
             using L = decltype(layout);
             if (b >= kSt) ptx::mbar_wait(empty, parity);
-            if (ptid == 0) {
-                ptx::mbar_arrive_expect_tx(full, 2 * T::kBlockN * main_cols);
-                L::for_each_panel([&](int kind, int col, int offset) {
-                    if (col < main_cols)
-                        ptx::tma_load_4d(ptx::smem_u32(dst) + offset, &maps[kind], col, c1, c2, batch, full);
-                });
+            if (T::kPaged ? ptid < 32 : ptid == 0) {  // the issuing warp (lane 0 alone but for pages)
+                expect_boxes<T>(full, 2 * rows * main_cols, ptid);
+                if (mine)
+                    for_each_box_panel<L>(row, [&](int kind, int col, int offset) {
+                        if (col < main_cols)
+                            ptx::tma_load_4d(ptx::smem_u32(dst) + offset, &maps[kind], col, c1, c2, at, full);
+                    });
             }
             tail.template store<L>(dst, pieces);
             // One arrival per warp: the warp barrier orders every lane's stores before lane 0's release, and the
             // barrier sees 4 arrivals instead of 128 (each one an atomic on the same shared-memory word).
             __syncwarp();
             if ((ptid & 31) == 0) ptx::mbar_arrive(full);
-            tail.load(pieces, g, stride, j + 1, n_blocks, cta.n_first, cta.seqlen_k);
+            tail.load(pieces, row_of, j + 1, n_blocks, cta.n_first, cta.seqlen_k);
         };
-        fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, tail_k, k_next, cta.k, p.k_seq_stride);
-        fill(LV{}, S::kMainV, empty_v, full_v, sV + slot * B::kVElems, v_maps, tail_v, v_next, cta.v, p.v_seq_stride);
+        fill(LK{}, S::kMainQK, empty_k, full_k, sK + slot * B::kKElems, k_maps, tail_k, k_next, k_row);
+        fill(LV{}, S::kMainV, empty_v, full_v, sV + slot * B::kVElems, v_maps, tail_v, v_next, v_row);
     }
 }
 
@@ -388,29 +473,60 @@ __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u1
         }
         return;
     }
-    if (ptid != 0) return;
-    const int batch = T::kVarlen ? 0 : c.batch;
+    if (T::kPaged ? ptid >= 32 : ptid != 0) return;  // the issuing warp (lane 0 alone but for pages)
     const int k_col = kv_head * pt.k_col_step - pt.k_shift[kv_head % 16];
     const int v_col = kv_head * pt.v_col_step - pt.v_shift[kv_head % 16];
     const int k_head = kv_head * pt.k_head_step, v_head = kv_head * pt.v_head_step;
     const bool seq_first = pt.tma_seq_dim == 1;
+    const KvBoxes<T> boxes(pt, cta, c);
     for (int j = 0; j < cta.n_blocks; ++j) {
-        const int b = it + j, slot = ring.slot(b), k0 = cta.k_begin + (cta.n_first + j) * T::kBlockN;
+        const int b = it + j, slot = ring.slot(b), key = (cta.n_first + j) * T::kBlockN;
         const u32 parity = ring.empty_parity(b);
         const u32 landed = ring.landed_k(slot), full_v = ring.full_v(slot);
         const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
+        const int rows = boxes.rows(key, cta.seqlen_k);
+        int row, seq, at;
+        const bool mine = boxes.mine(key, cta.seqlen_k, ptid, row, seq, at);
         if (b >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
-        ptx::mbar_arrive_expect_tx(landed, 2 * B::kKElems);
-        LK::for_each_panel([&](int kind, int col, int offset) {
-            ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], k_col + col, seq_first ? k0 : k_head,
-                             seq_first ? k_head : k0, batch, landed);
-        });
+        expect_boxes<T>(landed, 2 * (B::kKElems / T::kBlockN) * rows, ptid);
+        if (mine)
+            for_each_box_panel<LK>(row, [&](int kind, int col, int offset) {
+                ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], k_col + col, seq_first ? seq : k_head,
+                                 seq_first ? k_head : seq, at, landed);
+            });
         if (b >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
-        ptx::mbar_arrive_expect_tx(full_v, 2 * B::kVElems);
-        LV::for_each_panel([&](int kind, int col, int offset) {
-            ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], v_col + col, seq_first ? k0 : v_head,
-                             seq_first ? v_head : k0, batch, full_v);
-        });
+        expect_boxes<T>(full_v, 2 * (B::kVElems / T::kBlockN) * rows, ptid);
+        if (mine)
+            for_each_box_panel<LV>(row, [&](int kind, int col, int offset) {
+                ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], v_col + col, seq_first ? seq : v_head,
+                                 seq_first ? v_head : seq, at, full_v);
+            });
+    }
+}
+
+// cp.async of one K or V block from a paged cache (pages of fewer than 8 rows, or a pool TMA cannot address): each
+// 16-byte vector's row looked up through the block table (an L1 hit after a row's first), rows past the sequence
+// zero-filled. Not unrolled: the producer's 64 registers held no more (load_tile's unrolled loop with the lookups
+// spilled 40-64 bytes at d64..256).
+template <class T, bool kV, int kHeadDim, int kVec, class L>
+__device__ __forceinline__ void load_paged(detail::u16* s, const detail::u16* head, const FwdParams& p, int batch,
+                                           int k0, int seqlen_k, int ptid) {
+    // K's or V's strides, from the parameter block; the sequence's table row.
+    const long long page_stride = kV ? p.v_batch_stride : p.k_batch_stride;
+    const long long slot_stride = kV ? p.v_seq_stride : p.k_seq_stride;
+    const int* table = p.block_table + batch * p.block_table_stride;
+    constexpr int kPerRow = kHeadDim / kVec;
+#pragma unroll 1
+    for (int i = ptid; i < T::kBlockN * kPerRow; i += 128) {
+        const int r = i / kPerRow, c = (i - r * kPerRow) * kVec;
+        const bool valid = k0 + r < seqlen_k;
+        const detail::u16* src =
+            valid ? detail::paged_row(head, table, p.page_shift, p.num_pages, page_stride, slot_stride, k0 + r) + c
+                  : head;
+        if constexpr (kVec >= 2)
+            ptx::cp_async<kVec * 2>(ptx::smem_u32(s + L::offset(r, c)), src, valid);
+        else
+            s[L::offset(r, c)] = valid ? *src : detail::u16(0);
     }
 }
 
@@ -427,28 +543,37 @@ __device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK,
     const FwdParams& p = pt.p;
     if (!(T::kSwizzle && pt.use_tma != 0)) {
         // cp.async (the host launches a CTA per tile then): the CTA's tile, every producer thread.
-        const detail::CtaTile cta = sm90::tile_at<T>(pt, sm90::CtaTiles<T>(pt).coord(pt));
+        const detail::TileCoord c = sm90::CtaTiles<T>(pt).coord(pt);
+        const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
         if (sm90::idle_tile<T>(cta)) return;
         for (int j = 0; j < cta.n_blocks; ++j) {
             const int slot = ring.slot(j), k0 = (cta.n_first + j) * T::kBlockN;
             const u32 parity = ring.empty_parity(j);
             if (j >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
-            sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN,
-                            S::kLoadUnroll>(sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride,
-                                            p.k_seq_stride, cta.seqlen_k - k0, ptid);
+            if constexpr (T::kPaged)
+                load_paged<T, false, T::kHeadDimQK, T::kVecQK, sm90::TileLayout<T::kBlockN, T::kPadQK, T::kSwizzle>>(
+                    sK + slot * B::kKElems, cta.k, p, c.batch, k0, cta.seqlen_k, ptid);
+            else
+                sm90::load_tile<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, T::kBlockN,
+                                S::kLoadUnroll>(sK + slot * B::kKElems, cta.k + (long long)k0 * p.k_seq_stride,
+                                                p.k_seq_stride, cta.seqlen_k - k0, ptid);
             sm90::signal_loaded<T::kVecQK>(ring.full_k(slot));
             if (j >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
-            sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN,
-                            S::kLoadUnroll, sm90::VLayout<T>>(sV + slot * B::kVElems,
-                                                              cta.v + (long long)k0 * p.v_seq_stride,
-                                                              p.v_seq_stride, cta.seqlen_k - k0, ptid);
+            if constexpr (T::kPaged)
+                load_paged<T, true, T::kHeadDimV, T::kVecV, sm90::VLayout<T>>(sV + slot * B::kVElems, cta.v, p,
+                                                                              c.batch, k0, cta.seqlen_k, ptid);
+            else
+                sm90::load_tile<T::kBlockN, T::kHeadDimV, T::kPadV, T::kSwizzle, T::kVecV, 128, T::kBlockN,
+                                S::kLoadUnroll, sm90::VLayout<T>>(sV + slot * B::kVElems,
+                                                                  cta.v + (long long)k0 * p.v_seq_stride,
+                                                                  p.v_seq_stride, cta.seqlen_k - k0, ptid);
             sm90::signal_loaded<T::kVecV>(ring.full_v(slot));
         }
         ptx::cp_async_wait<0>();  // exit with nothing in flight
         return;
     }
-    // TMA of whole rows: one thread issues every box.
-    if (!T::kSplitRows && !T::kShiftRows && ptid != 0) return;
+    // TMA of whole rows: one thread issues every box (a warp, a box per page, from a paged cache).
+    if (!T::kSplitRows && !T::kShiftRows && (T::kPaged ? ptid >= 32 : ptid != 0)) return;
     int it = 0;
     for (sm90::CtaTiles<T> tiles(pt); !tiles.done(pt); tiles.next(pt)) {
         const detail::TileCoord c = tiles.coord(pt);
@@ -459,14 +584,15 @@ __device__ __forceinline__ void produce(const FwdParamsTma& pt, detail::u16* sK,
         else if constexpr (T::kShiftRows)
             produce_shift<T>(pt, sK, sV, ring, cta, c, it, ptid);
         else if constexpr (T::kSwizzle)
-            produce_tma<T>(pt, sK, sV, ring, cta, c, it);
+            produce_tma<T>(pt, sK, sV, ring, cta, c, it, ptid);
         it += cta.n_blocks;
     }
 }
 
 // Zeroes rows [from, kRows) of a V tile, every padded column, 16 bytes a store (rows are whole 16-byte chunks in every
 // layout). A cache's last key block, when TMA brought it: the box reaches past the sequence's length into slots the
-// cache has not filled (stale, maybe NaN), and P = 0 there still makes 0 x NaN in PV. (cp.async zero-fills them;
+// cache has not filled (stale, maybe NaN), or (paged) no box brought those rows and they hold an earlier block's,
+// and P = 0 there still makes 0 x NaN in PV. (cp.async zero-fills them;
 // loading the whole cache that way ran a dense cache's prefill at 0.53-0.59x the TMA kernel, d132 0.27x, H200.)
 template <class L, int kRows, int kPad, int kThreads>
 __device__ __forceinline__ void zero_rows_from(detail::u16* tile, int from, int tid) {
@@ -682,9 +808,9 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
             }
             const int last = ring.slot(it + n_blocks - 1);
             wait_full(ring.full_v(last), it + n_blocks - 1);
-            if constexpr (T::kSwizzle && !T::kVarlen) {  // a dense cache's lengths: the keys end inside the block
+            if constexpr (T::kSwizzle && (T::kPaged || !T::kVarlen)) {  // a cache's keys end inside the block
                 const int keys = seqlen_k - (cta.n_first + n_blocks - 1) * T::kBlockN;
-                if (p.seqlens_k != nullptr && pt.use_tma != 0 && keys < T::kBlockN) {
+                if ((T::kPaged || p.seqlens_k != nullptr) && pt.use_tma != 0 && keys < T::kBlockN) {
                     // Every consumer warpgroup zeroes the same rows with the same zeros, then waits for its own.
                     zero_rows_from<LV, T::kBlockN, T::kPadV, 128>(sV + last * B::kVElems, keys, ctid);
                     ptx::bar_sync(sm90::kBarQ + wg, 128);

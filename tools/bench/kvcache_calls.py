@@ -5,10 +5,13 @@ warm-ups, median of 50, three interleaved rounds, median of rounds), on the curr
   against the same step over a cache that already holds it;
 - dense-cache prefill: 512 queries against 8192 keys of a dense cache with lengths (seqlens_k) against the same
   kernel on the same keys without them (on sm_90a the lengths cost the TMA loads);
+- paged prefill: 512 queries against 8192 keys of a paged cache (pages of 1 to 256 tokens, shuffled in the pool)
+  against rtattn.attention on the same keys dense (issue 24's target: 0.9x at pages of 16..256);
 - few-queries: rtattn.attention with one query token (routed to the decode kernels) against attention_with_kvcache
   and PyTorch SDPA's cuDNN and flash backends (enable_gqa), GB/s of K/V read.
 
-    PYTHONPATH=python RTATTN_LIBRARY=build/librtattn.so python3 tools/bench/kvcache_calls.py [kvcache|prefill|route]"""
+    PYTHONPATH=python RTATTN_LIBRARY=build/librtattn.so python3 tools/bench/kvcache_calls.py \
+        [kvcache|prefill|paged|route]"""
 import statistics
 import sys
 
@@ -75,6 +78,30 @@ def prefill():
               f"({t['dense'] / t['ragged']:.3f}x), without {t['dense']:.1f} us")
 
 
+def paged():
+    for d, causal in [(128, True), (128, False), (64, True), (132, True), (192, True), (256, True)]:
+        b, n, sq, hkv = 4, 8192, 512, 4
+        q = torch.randn(b, sq, 16, d, device="cuda", dtype=DT)
+        k = torch.randn(b, n, hkv, d, device="cuda", dtype=DT)
+        v = torch.randn_like(k)
+        lens = torch.full((b,), n, dtype=torch.int32, device="cuda")
+        calls = {"dense": lambda: rtattn.attention(q, k, v, causal=causal)}
+        for ps in (1, 16, 64, 256):
+            # Sequence b's page j is pool page order[b * per + j]: the pool holds the dense keys, shuffled by pages.
+            per = n // ps
+            order = torch.randperm(b * per, device="cuda")
+            pool_k, pool_v = (torch.empty(b * per, ps, hkv, d, device="cuda", dtype=DT) for _ in range(2))
+            pool_k[order] = k.reshape(b * per, ps, hkv, d)
+            pool_v[order] = v.reshape(b * per, ps, hkv, d)
+            table = order.view(b, per).to(torch.int32)
+            calls[f"page{ps}"] = (lambda kp=pool_k, vp=pool_v, t=table: rtattn.attention_with_kvcache(
+                q, kp, vp, lens, block_table=t, causal=causal))
+        t = interleaved(calls)
+        print(f"paged prefill d{d} {'causal' if causal else 'full'} B{b} q{sq} k{n} 16:{hkv}: "
+              f"dense {t['dense']:.1f} us; " +
+              ", ".join(f"{name} {m:.1f} us ({t['dense'] / m:.3f}x)" for name, m in t.items() if name != "dense"))
+
+
 def route():
     def sdpa(backend, q, k, v):
         with sdpa_kernel(backend):
@@ -98,4 +125,4 @@ def route():
 if __name__ == "__main__":
     with torch.no_grad():
         for part in sys.argv[1:] or ["kvcache", "prefill", "route"]:
-            {"kvcache": kvcache, "prefill": prefill, "route": route}[part]()
+            {"kvcache": kvcache, "prefill": prefill, "paged": paged, "route": route}[part]()
