@@ -540,7 +540,7 @@ TEST_CASE("paged prefill on sm_90a: every producer of the warp-specialized kerne
             c.d_qk = c.d_v = d;
             c.dtype = d % 3 == 0 ? Dtype::fp16 : Dtype::bf16;
             c.page_size = ps;
-            c.head_major = ps == 32;
+            c.head_major = ps == 32 || (ps == 8 && d % 8 == 0);  // d of 8s: maps with the seq dim first
             c.causal = ps != 128;
             c.seqlen_q = 77;
             c.lens = {700, 77, 1500, 8, 129};  // 8: keys fewer than the queries (their first rows see none, causal)

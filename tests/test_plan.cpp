@@ -434,6 +434,7 @@ TEST_CASE("a prefill against a paged cache plans on the warp-specialized kernel 
                     if (tma) {
                         CHECK_FALSE(p.split_rows);  // a page looked up per row's tail spilled; shifted rows per box
                         CHECK((!p.shift_rows || p.block_m <= 128));  // three consumers' producer: 32 registers
+                        CHECK((p.persistent || !p.o_apart));  // O's own bytes only where the plan sized them
                         CHECK(rtattn::geometry::paged_box_rows(p.block_n, 1024) >= rtattn::geometry::kMinPagedBox);
                     }
                     CHECK(p.paged_kv);

@@ -230,7 +230,7 @@ public:
         // tiles, which a grid of query blocks x heads x sequences holds); the walk's code beside the page lookups
         // spilled 4-16 bytes in the producer with wide O (d161..233, 56 registers). Shifted rows with wide O: the
         // same, 4 bytes at d216.
-        if (p.paged_kv && (p.varlen || (p.shift_rows && p.pad_v > 160))) p.persistent = false;
+        if (p.paged_kv && (p.varlen || (p.shift_rows && p.pad_v > 160))) p.persistent = p.o_apart = false;
     }
     int min_stages() const override { return 2; }  // block j's K and block j-1's V are held at once
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32 + 128; }  // + the producer
@@ -270,8 +270,8 @@ public:
         encode_kv_maps(p, a, c.num_heads_kv, prm);
         if (prm.use_tma == 0)
             throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
-                                                        "pointers or strides not 16-byte aligned, or "
-                                                        "RTATTN_TMA=0); allowed up to {}",
+                                                        "pointers or strides not 16-byte aligned, pages of fewer "
+                                                        "than 8 tokens, or RTATTN_TMA=0); allowed up to {}",
                                                         query_tiles(p, c, a), p.block_m, kMaxGrid));
     }
     void launch(const ForwardLaunch& l) const override {

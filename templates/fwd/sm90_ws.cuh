@@ -71,6 +71,7 @@ struct FwdShapeSm90Ws {
                                      geometry::shift_rows_fit(T::kHeadDimQK, T::kPadQK, T::kHeadDimV, T::kPadV)),
                   "shifted rows: head dims off the 16 grid with room for the shift, swizzled tiles");
     static_assert(!T::kWideV || T::kSwizzle, "wide V tiles are 64-column swizzled panels");
+    static_assert(T::kPersistent || !T::kOApart, "O's own staging bytes are a persistent kernel's (kStageApart)");
 };
 
 namespace sm90 {
@@ -813,8 +814,8 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
                 if ((T::kPaged || p.seqlens_k != nullptr) && pt.use_tma != 0 && keys < T::kBlockN) {
                     // Every consumer warpgroup zeroes the same rows with the same zeros, then waits for its own.
                     zero_rows_from<LV, T::kBlockN, T::kPadV, 128>(sV + last * B::kVElems, keys, ctid);
-                    ptx::bar_sync(sm90::kBarQ + wg, 128);
-                    wgmma::fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
+                    wgmma::fence_proxy_async();  // each thread's zeros, visible to the async proxy (wgmma) ...
+                    ptx::bar_sync(sm90::kBarQ + wg, 128);  // ... before any thread of the warpgroup issues PV
                 }
             }
             my_turn();
