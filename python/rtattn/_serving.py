@@ -335,6 +335,10 @@ def _kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
                        window_right: int, sinks: Optional[torch.Tensor], softcap: float,
                        alibi_slopes: Optional[torch.Tensor], k: torch.Tensor,
                        v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    # Here, not in attention_with_kvcache: torch.compile traces that function and cannot trace ctypes (fullgraph
+    # failed on it); an op's body runs as it is.
+    if not _library_appends():
+        raise ArgumentError("k: the loaded librtattn predates the KV append (k, v); upgrade it", "k")
     _check_alibi(alibi_slopes, q, q.shape[0], q.shape[2])
     return _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
                       softmax_scale, num_splits, (window_left, window_right), sinks, _check_softcap(softcap),
@@ -375,8 +379,6 @@ def _check_new_kv(k, v, q, k_cache, v_cache, cache_seqlens):
     if cache_seqlens is None:
         raise ArgumentError("cache_seqlens: is None; an append (k, v) writes each sequence's new tokens after its "
                             "cache_seqlens cached ones", "cache_seqlens")
-    if not _library_appends():
-        raise ArgumentError("k: the loaded librtattn predates the KV append (k, v); upgrade it", "k")
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
