@@ -1,0 +1,1 @@
+"""Integrations of rtattn into other libraries (each module imports its library only when used)."""
