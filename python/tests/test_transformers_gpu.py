@@ -40,13 +40,15 @@ CASES = [("llama", 128), ("llama", 132), ("qwen2", 64), ("mistral", 128), ("gemm
 
 def build(cfg, impl, dtype):
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=impl,
-                                                          torch_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=impl)
     return model.to(device="cuda", dtype=dtype).eval()
 
 
 def models(cfg):
     ref = build(cfg, "eager", torch.float32)
+    with torch.no_grad():  # the reference runs the bf16 models' own weights, in float32
+        for p in ref.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
     sdpa = build(cfg, "sdpa", torch.bfloat16)
     ours = build(cfg, NAME, torch.bfloat16)
     for m in (sdpa, ours):
