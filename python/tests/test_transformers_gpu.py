@@ -122,12 +122,15 @@ def test_training_step_gradients(kind, d):
         assert e <= 2 * b + 1e-5, (kind, d, name, e, b)
 
 
-@pytest.mark.parametrize("kind,d", [("llama", 128), ("llama", 132), ("mistral", 128)])
-def test_greedy_generate_matches_sdpa(kind, d):
+@pytest.mark.parametrize("kind,d,cache", [("llama", 128, "dynamic"), ("llama", 132, "dynamic"),
+                                          ("mistral", 128, "dynamic"), ("llama", 128, "static")])
+def test_greedy_generate_matches_sdpa(kind, d, cache):
     cfg = small(kind, d)
     _, sdpa, ours = models(cfg)
     ids, mask = batch([20, 7, 13], 20, cfg.vocab_size)
     kw = dict(attention_mask=mask, max_new_tokens=32, do_sample=False, pad_token_id=0)
+    if cache == "static":  # the preallocated buffer: keys past the filled slots must not be attended
+        kw["cache_implementation"] = "static"
     with torch.no_grad():
         a = sdpa.generate(ids, **kw, output_scores=True, return_dict_in_generate=True)
         b = ours.generate(ids, **kw)
@@ -141,6 +144,27 @@ def test_greedy_generate_matches_sdpa(kind, d):
         gap = (top2[0] - top2[1]).item()
         # A divergence is allowed only at a near-tie of sdpa's own logits (bf16's resolution there).
         assert gap < 0.05 * top2[0].abs().item() + 0.1, (kind, d, row, step, gap)
+
+
+@pytest.mark.parametrize("kind,d", [("llama", 128), ("mistral", 128)])
+def test_padding_free_packed_batch(kind, d):
+    """Sequences packed in one row, their positions restarting (a padding-free collator): each attends only to its
+    own, as when run alone."""
+    cfg = small(kind, d)
+    ref, sdpa, ours = models(cfg)
+    lens = [30, 7, 41]
+    g = torch.Generator(device="cuda").manual_seed(2)
+    seqs = [torch.randint(1, cfg.vocab_size, (1, n), device="cuda", generator=g) for n in lens]
+    ids = torch.cat(seqs, dim=1)
+    pos = torch.cat([torch.arange(n, device="cuda") for n in lens])[None]
+    with torch.no_grad():
+        got = ours(input_ids=ids, position_ids=pos).logits
+        want = torch.cat([ref(input_ids=x).logits for x in seqs], dim=1)
+        base = torch.cat([sdpa(input_ids=x).logits for x in seqs], dim=1)
+    keep = torch.ones(ids.shape, dtype=torch.bool, device="cuda")
+    assert torch.isfinite(got).all()
+    err, b = rel(got, want, keep), rel(base, want, keep)
+    assert err <= 2 * b + 1e-5, (kind, d, err, b)
 
 
 def test_refusals_name_the_feature():
