@@ -29,13 +29,17 @@ def small(kind, head_dim=128):
         return transformers.Qwen2Config(**common)
     if kind == "mistral":  # a sliding window shorter than the prompts
         return transformers.MistralConfig(**common, sliding_window=24)
+    if kind == "phi3":  # fused qkv_proj; head_dim is hidden_size / heads in Phi-3
+        common.update(hidden_size=8 * head_dim, pad_token_id=0, bos_token_id=1, eos_token_id=2)  # ids in the vocab
+        return transformers.Phi3Config(**common)
     if kind == "gemma2":  # softcap, alternating sliding layers, query_pre_attn_scalar scaling
         return transformers.Gemma2Config(**common, sliding_window=24, attn_logit_softcapping=50.0,
                                          final_logit_softcapping=None, query_pre_attn_scalar=96)
     raise ValueError(kind)
 
 
-CASES = [("llama", 128), ("llama", 132), ("qwen2", 64), ("mistral", 128), ("gemma2", 128)]
+CASES = [("llama", 128), ("llama", 132), ("qwen2", 64), ("qwen2", 128), ("phi3", 96), ("mistral", 128),
+         ("gemma2", 128)]
 
 
 def build(cfg, impl, dtype):
@@ -165,6 +169,22 @@ def test_padding_free_packed_batch(kind, d):
     assert torch.isfinite(got).all()
     err, b = rel(got, want, keep), rel(base, want, keep)
     assert err <= 2 * b + 1e-5, (kind, d, err, b)
+
+
+def test_set_attn_implementation_switches_a_built_model():
+    """A model built with sdpa, switched to rtattn afterwards (where the installed transformers offers it)."""
+    cfg = small("llama")
+    ref, model, _ = models(cfg)
+    if not hasattr(model, "set_attn_implementation"):
+        pytest.skip(f"transformers {transformers.__version__} has no set_attn_implementation")
+    ids, mask = batch([40, 17], 40, cfg.vocab_size)
+    with torch.no_grad():
+        want = ref(input_ids=ids, attention_mask=mask).logits
+        base = rel(model(input_ids=ids, attention_mask=mask).logits, want, mask.bool())
+        model.set_attn_implementation(NAME)
+        assert model.config._attn_implementation == NAME
+        err = rel(model(input_ids=ids, attention_mask=mask).logits, want, mask.bool())
+    assert err <= 2 * base + 1e-5, (err, base)
 
 
 def test_refusals_name_the_feature():
