@@ -1,10 +1,10 @@
 """A cache's prefill timed two ways, and the host cost of the calls, on the current GPU (docs/PERFORMANCE.md,
 thirty-first session). B4, 512 queries on 8192 keys, 16 query heads on 4, bf16; d128 causal and not, d132 and d64
-causal: rtattn.attention on dense keys ("dense"), attention_with_kvcache on a dense cache with lengths ("lens") and on paged
-caches of pages 1, 4, 16, 64, 256 (shuffled in the pool). Each is timed as device time (20 calls back to back between
-two events, so the host's time hides under the GPU's; median of 15) and per call (events around one call, host time
-included; median of 30), three interleaved rounds, median of rounds. Then the host cost per call: tiny shapes (the GPU
-idles between launches), 300 calls between syncs, wall clock, against SDPA.
+causal: rtattn.attention on dense keys ("dense"), attention_with_kvcache on a dense cache with lengths ("lens") and
+on paged caches of pages 1, 4, 16, 64, 256 (shuffled in the pool). Each is timed as device time (20 calls back to
+back between two events, so the host's time hides under the GPU's; median of 15) and per call (events around one
+call, host time included; median of 30), three interleaved rounds, median of rounds. Then the host cost per call:
+tiny shapes (the GPU idles between launches), 300 calls between syncs, wall clock, against SDPA.
 
     PYTHONPATH=python RTATTN_LIBRARY=build/librtattn.so python3 tools/bench/cache_prefill.py"""
 import statistics, torch, rtattn
