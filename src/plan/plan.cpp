@@ -25,6 +25,14 @@ bool kv_rows_16b(const AttentionConfig& c) {
     return std::int64_t(c.num_heads_kv) * c.head_dim_qk % 8 == 0 && std::int64_t(c.num_heads_kv) * c.dv() % 8 == 0;
 }
 
+namespace {
+// The forward families whose loads gather a paged cache's rows (through the block table): the warp-specialized
+// wgmma kernel (TMA boxes of a page, or cp.async) and mma.sync; the cooperative wgmma kernel does not.
+bool gathers_pages(const KernelPlan& p) {
+    return p.family == &kernels::fwd_sm90_ws() || p.family == &kernels::fwd_mma();
+}
+}  // namespace
+
 AttentionConfig kernel_relevant(AttentionConfig c) {
     c.num_heads_q = c.num_heads_kv = kv_rows_16b(c) ? 8 : 1;  // 8 heads: always 16-byte rows; 1: as the config's
     c.softmax_scale.reset();
@@ -70,7 +78,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     p.paged_kv = c.paged_kv;
     p.kv_rows_16b = kv_rows_16b(c);
     choose_forward_tile(p, ai, false, options.rows, options.rows_field);
-    if (c.paged_kv && p.family != &kernels::fwd_sm90_ws() && p.family != &kernels::fwd_mma()) {
+    if (c.paged_kv && !gathers_pages(p)) {
         choose_forward_tile(p, ai, /*mma_only=*/true, options.rows, options.rows_field);
         p.reason += "; paged KV cache without TMA rows: the mma.sync family (the cooperative kernel's loads do not "
                     "gather pages)";
@@ -79,7 +87,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     }
     if (!options.tile_override.empty()) {
         apply_tile_override(p, options.tile_override, options.tile_field);
-        if (c.paged_kv && p.family != &kernels::fwd_sm90_ws() && p.family != &kernels::fwd_mma())
+        if (c.paged_kv && !gathers_pages(p))
             throw ConfigError(options.tile_field, "a paged KV cache runs on the warp-specialized wgmma kernel "
                                                   "(schedule 1 or 2) or the mma.sync one; schedule 0 (cooperative) "
                                                   "does not gather pages");
