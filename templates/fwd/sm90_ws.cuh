@@ -338,19 +338,16 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
     const TmaMap* k_maps = pt.k_map + 2 * cls;
     const TmaMap* v_maps = pt.v_map + 2 * cls;
     const KvBoxes<T> boxes(pt, cta, c);
-    // Where key `key`'s K (V) row starts, for the tails: strided, or in its page.
-    const auto k_row = [&](int key) {
-        if constexpr (T::kPaged)
-            return detail::paged_row(cta.k, boxes.table(), p.page_shift, p.num_pages, p.k_batch_stride, p.k_seq_stride,
-                                     key);
-        return cta.k + key * p.k_seq_stride;
+    // Where key `key`'s K (V) row starts, for the tails: strided, or in its page (page_stride: the batch stride).
+    const auto rows_of = [&](const detail::u16* head, long long page_stride, long long seq_stride) {
+        return [&boxes, &p, head, page_stride, seq_stride](int key) {
+            if constexpr (T::kPaged)
+                return detail::paged_row(head, boxes.table(), p.page_shift, p.num_pages, page_stride, seq_stride, key);
+            return head + key * seq_stride;
+        };
     };
-    const auto v_row = [&](int key) {
-        if constexpr (T::kPaged)
-            return detail::paged_row(cta.v, boxes.table(), p.page_shift, p.num_pages, p.v_batch_stride, p.v_seq_stride,
-                                     key);
-        return cta.v + key * p.v_seq_stride;
-    };
+    const auto k_row = rows_of(cta.k, p.k_batch_stride, p.k_seq_stride);
+    const auto v_row = rows_of(cta.v, p.v_batch_stride, p.v_seq_stride);
 
     // Each thread's next pieces wait in registers until their slot frees.
     uint4 k_next[TailK::kPasses], v_next[TailV::kPasses];
