@@ -19,8 +19,8 @@ from ._api import MAX_SPLITS, ArgumentError
 from ._convert import INT32_MAX, boolean, fill, integer
 from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DECODE_MAX_Q, _DTYPES, _alibi_args, _alibi_flag, _bwd_sinks_args,
                      _cached, _check_alibi, _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks,
-                     _keyless_lse, _local, _raw_stream, _sinks_args, _sinks_f32, _sinks_flag, _softcap_args,
-                     _softcap_flag, _tensor, _window, _window_args)
+                     _keyless_lse, _local, _plain_eager, _raw_stream, _sinks_args, _sinks_f32, _sinks_flag,
+                     _softcap_args, _softcap_flag, _tensor, _window, _window_args)
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 
@@ -455,6 +455,12 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         o, lse = torch.ops.rtattn.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens, block_table,
                                                                 max_seqlen_k, causal, softmax_scale, num_splits,
                                                                 *window, sinks, softcap, alibi_slopes, k, v)
+    elif _plain_eager(q, k_cache, v_cache, sinks, alibi_slopes) and all(
+            t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table)):
+        # The op's body without the dispatcher's round trip, as rtattn.attention's eager path (its arguments are
+        # checked above). The append keeps the op: it writes the caches, whose version counters the op bumps.
+        o, lse = _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
+                            softmax_scale, num_splits, window, sinks, softcap, alibi_slopes)
     else:
         o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                                          max_seqlen_k, causal, softmax_scale, num_splits, *window,

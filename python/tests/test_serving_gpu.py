@@ -543,6 +543,27 @@ def test_kvcache_append_in_a_cuda_graph_and_compiled():
         assert rel_err(out[i:i + 1], ref_o) < TOL[torch.float16]
 
 
+@pytest.mark.parametrize("page_size, sq", [(0, 1), (16, 1), (16, 40), (0, 40)])
+def test_kvcache_eager_path_matches_the_op(page_size, sq):
+    """attention_with_kvcache in plain eager mode runs the op's body without the dispatcher: the same bits as the op,
+    and the op still serves what eager cannot (here: under a dispatch mode)."""
+    q, kc, vc, seqlens, table, _, _ = decode_setup([300, 77, 129], page_size, 8, 2, 128, torch.bfloat16, sq=sq,
+                                                   seed=5)
+    with torch.no_grad():
+        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True, return_lse=True)
+        o_op, lse_op = torch.ops.rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, kc.shape[1] if table is None
+                                                               else table.shape[1] * kc.shape[1], True, None, 0)
+        assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Passthrough(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+        with Passthrough():
+            o_mode = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True)
+        assert torch.equal(o_mode, o)
+
+
 @pytest.mark.parametrize("sq, causal, extras", [(1, False, False), (16, True, False), (4, True, True)])
 def test_attention_with_few_queries_runs_the_decode_kernels(sq, causal, extras):
     """rtattn.attention with a few query tokens against thousands of keys takes the decode kernels (the runtime then
