@@ -494,10 +494,12 @@ except ImportError:
 
 
 def _plain_eager(q, k, v, sinks=None, alibi_slopes=None) -> bool:
-    """True when nothing but the result is wanted: not tracing (dynamo, export), plain CUDA tensors (no fake or other
-    subclass), no autograd graph to record, no forward-mode AD, no functorch transform, no dispatch mode."""
-    if torch.compiler.is_compiling() or not (type(q) is torch.Tensor and type(k) is torch.Tensor and
-                                             type(v) is torch.Tensor and q.is_cuda):
+    """True when nothing but the result is wanted: not tracing (dynamo, export, jit.trace), plain CUDA tensors (no
+    fake or other subclass), no autograd graph to record, no forward-mode AD, no functorch transform, no dispatch
+    mode."""
+    # torch.jit.trace records only what the dispatcher sees: a launch through ctypes would be left out of the trace.
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or not (
+            type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor and q.is_cuda):
         return False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False

@@ -544,15 +544,27 @@ def test_kvcache_append_in_a_cuda_graph_and_compiled():
 
 
 @pytest.mark.parametrize("page_size, sq", [(0, 1), (16, 1), (16, 40), (0, 40)])
-def test_kvcache_eager_path_matches_the_op(page_size, sq):
-    """attention_with_kvcache in plain eager mode runs the op's body without the dispatcher: the same bits as the op,
-    and the op still serves what eager cannot (here: under a dispatch mode)."""
+def test_kvcache_eager_path_matches_the_op(page_size, sq, monkeypatch):
+    """attention_with_kvcache in plain eager mode runs the op's body without the dispatcher: the same bits as the op
+    with every argument away from its default, and the op still serves what eager cannot (a dispatch mode)."""
+    import rtattn._serving as serving
     q, kc, vc, seqlens, table, _, _ = decode_setup([300, 77, 129], page_size, 8, 2, 128, torch.bfloat16, sq=sq,
                                                    seed=5)
+    g = torch.Generator(device="cuda").manual_seed(6)
+    sinks = torch.randn(8, device="cuda", generator=g)
+    alibi = torch.rand(8, device="cuda", generator=g) * 0.1
+    splits = 3 if sq == 1 else 0
+    kw = dict(causal=True, softmax_scale=0.07, num_splits=splits, window_size=(64, 0), sinks=sinks, softcap=20.0,
+              alibi_slopes=alibi, max_seqlen_k=301)
+    took = []
+    real = serving._plain_eager
+    monkeypatch.setattr(serving, "_plain_eager", lambda *a: took.append(real(*a)) or took[-1])
     with torch.no_grad():
-        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True, return_lse=True)
-        o_op, lse_op = torch.ops.rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, kc.shape[1] if table is None
-                                                               else table.shape[1] * kc.shape[1], True, None, 0)
+        o, lse = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, return_lse=True, **kw)
+        assert took == [True]  # the eager path ran
+        o_op, lse_op = torch.ops.rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, 301, True, 0.07, splits, 64,
+                                                               0, sinks, 20.0, alibi)
+        assert torch.isfinite(o).all()
         assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -560,8 +572,8 @@ def test_kvcache_eager_path_matches_the_op(page_size, sq):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 return func(*args, **(kwargs or {}))
         with Passthrough():
-            o_mode = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True)
-        assert torch.equal(o_mode, o)
+            o_mode = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, **kw)
+        assert took[-1] is False and torch.equal(o_mode, o)
 
 
 @pytest.mark.parametrize("sq, causal, extras", [(1, False, False), (16, True, False), (4, True, True)])
