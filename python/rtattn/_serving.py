@@ -257,16 +257,17 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 # ---- decode from a KV cache ------------------------------------------------------------------------------------------
 
 def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits,
-                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k_new=None, v_new=None):
+                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k_new=None, v_new=None, want_lse=True):
+    """O and LSE (None without want_lse: the eager callers that return no LSE skip its allocation)."""
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device) if want_lse else None
     s_new = 0 if k_new is None else k_new.shape[1]
     if b == 0 or (sq == 0 and s_new == 0):
         return o, lse
     if max_seqlen_k == 0:  # no key anywhere (an append is refused before: it needs room)
-        return o.zero_(), _keyless_lse(lse, sinks, (1, hq, 1))
+        return o.zero_(), lse if lse is None else _keyless_lse(lse, sinks, (1, hq, 1))
     # Up to 16 query tokens: the decode kernels (split-KV); more: a prefill kernel reading the cache (chunked
     # prefill: the queries are the last seqlen_q of each sequence's keys; causal aligns them bottom-right), through the
     # block table or, dense, with each sequence's length.
@@ -276,7 +277,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
     sinks = _sinks_f32(sinks)
     flags += _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) + _alibi_flag(alibi_slopes)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
-    ws_bytes = kernel.workspace_bytes(b, max(sq, 1), max_seqlen_k, num_splits)
+    ws_bytes = _workspace_bytes(kernel, b, max(sq, 1), max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
     fields = {}
     if paged:
@@ -287,7 +288,8 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
         k_arg.batch_stride, v_arg.batch_stride = k_cache.stride(0), v_cache.stride(0)
     if s_new:
         fields.update(k_new=_tensor(k_new), v_new=_tensor(v_new), seqlen_new=s_new)
-    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), k_arg, v_arg, _tensor(o), lse.data_ptr()), ArgumentError,
+    lse_ptr = lse.data_ptr() if want_lse else None
+    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _tensor(q), k_arg, v_arg, _tensor(o), lse_ptr), ArgumentError,
                 batch=b, seqlen_q=max(sq, 1), seqlen_k=max_seqlen_k,
                 seqlens_k=cache_seqlens.data_ptr() if cache_seqlens is not None else None, num_splits=num_splits,
                 workspace=workspace.data_ptr() if ws_bytes else None, workspace_bytes=ws_bytes, **fields,
@@ -299,6 +301,19 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
         args.q, args.o, args.lse = _tensor(q1), _tensor(o1), None
     kernel.launch(args, _raw_stream(q.device.index))
     return o, lse
+
+
+_WORKSPACE_BYTES = {}  # (kernel, sizes) -> bytes: a pure function of them, asked once per decode step
+
+
+def _workspace_bytes(kernel, b, sq, max_seqlen_k, num_splits) -> int:
+    key = (kernel, b, sq, max_seqlen_k, num_splits)
+    n = _WORKSPACE_BYTES.get(key)
+    if n is None:
+        if len(_WORKSPACE_BYTES) >= 4096:  # lengths that grow step by step (no max_seqlen_k given) keep it bounded
+            _WORKSPACE_BYTES.clear()
+        n = _WORKSPACE_BYTES[key] = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
+    return n
 
 
 @torch.library.custom_op("rtattn::attention_with_kvcache", mutates_args=(), device_types="cuda")
@@ -460,7 +475,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         # The op's body without the dispatcher's round trip, as rtattn.attention's eager path (its arguments are
         # checked above). The append keeps the op: it writes the caches, whose version counters the op bumps.
         o, lse = _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
-                            softmax_scale, num_splits, window, sinks, softcap, alibi_slopes)
+                            softmax_scale, num_splits, window, sinks, softcap, alibi_slopes, None, None, return_lse)
     else:
         o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                                          max_seqlen_k, causal, softmax_scale, num_splits, *window,

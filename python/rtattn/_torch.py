@@ -279,7 +279,7 @@ _ROUTE_MIN_KEYS = 2048
 _NO_DECODE = set()  # configs whose decode kernel cannot be had (cache-only mode, no tile, a compile error)
 
 
-def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes):
+def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes, want_lse=True):
     """O and LSE through the decode kernels, the whole K/V as a dense cache; None when they cannot serve the call
     (cache-only mode without their kernel, no decode tile for the config on this arch, or arguments only the prefill
     kernel takes): the prefill kernel runs instead, and refuses what it refuses."""
@@ -290,7 +290,7 @@ def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_
         return None
     try:
         return _serving._kvcache_run(q, k, v, None, None, k.shape[1], causal, softmax_scale, 0, window, sinks,
-                                     softcap, alibi_slopes)
+                                     softcap, alibi_slopes, want_lse=want_lse)
     except (_api.CacheMissError, _api.ConfigError, _api.CompileError):
         _NO_DECODE.add(key)  # asked again per call, a miss would cost a disk lookup and an exception each time
         return None
@@ -304,7 +304,7 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     if 0 < sq <= _DECODE_MAX_Q and _ROUTE_MIN_KEYS <= sk <= INT32_MAX and b > 0:  # else: named errors below
-        routed = _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes)
+        routed = _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes, return_lse)
         if routed is not None:
             return routed[0], routed[1] if return_lse else lse_placeholder(q)
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)

@@ -566,6 +566,8 @@ def test_kvcache_eager_path_matches_the_op(page_size, sq, monkeypatch):
                                                                0, sinks, 20.0, alibi)
         assert torch.isfinite(o).all()
         assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+        o_alone = rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, **kw)  # no LSE asked: none allocated
+        assert took[-1] is True and torch.equal(o_alone, o)
         from torch.utils._python_dispatch import TorchDispatchMode
 
         class Passthrough(TorchDispatchMode):
@@ -594,6 +596,8 @@ def test_attention_with_few_queries_runs_the_decode_kernels(sq, causal, extras):
                                     kw.get("sinks"), kw.get("softcap", 0.0), torch.float64)
     assert rel_err(o, ref_o) < TOL[torch.bfloat16]
     assert (lse.double() - ref_lse).abs().max().item() < lse_tol(5000)
+    with torch.no_grad():  # the eager path without an LSE (none allocated): the same O
+        assert torch.equal(rtattn.attention(q, k, v, causal=causal, **kw), o.detach())
     dout = torch.randn_like(o)
     o.backward(dout)
     ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
