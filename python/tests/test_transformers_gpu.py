@@ -35,11 +35,19 @@ def small(kind, head_dim=128):
     if kind == "gemma2":  # softcap, alternating sliding layers, query_pre_attn_scalar scaling
         return transformers.Gemma2Config(**common, sliding_window=24, attn_logit_softcapping=50.0,
                                          final_logit_softcapping=None, query_pre_attn_scalar=96)
+    if kind == "gptoss":  # sinks (s_aux), alternating sliding layers; one expert, so no routing choice can flip
+        return transformers.GptOssConfig(**common, sliding_window=24, num_local_experts=1, num_experts_per_tok=1,
+                                         layer_types=["sliding_attention", "full_attention"])
     raise ValueError(kind)
 
 
 CASES = [("llama", 128), ("llama", 132), ("qwen2", 64), ("qwen2", 128), ("phi3", 96), ("mistral", 128),
-         ("gemma2", 128)]
+         ("gemma2", 128), ("gptoss", 64)]
+
+
+def baseline(kind):
+    """The bf16 implementation ours is held to: sdpa, or eager where the family refuses sdpa (gpt-oss's sinks)."""
+    return "eager" if kind == "gptoss" else "sdpa"
 
 
 def build(cfg, impl, dtype):
@@ -50,8 +58,11 @@ def build(cfg, impl, dtype):
 
 def models(cfg, base="sdpa"):
     ref = build(cfg, "eager", torch.float32)
+    g = torch.Generator(device="cuda").manual_seed(3)
     with torch.no_grad():  # the reference runs the bf16 models' own weights, in float32
-        for p in ref.parameters():
+        for name, p in ref.named_parameters():
+            if name.endswith(".sinks"):  # initialized near 0; sinks of 0.5..3.5 take a real share of the softmax
+                p.copy_(torch.rand(p.shape, device="cuda", generator=g) * 3 + 0.5)
             p.copy_(p.to(torch.bfloat16).float())
     other = build(cfg, base, torch.bfloat16)
     ours = build(cfg, NAME, torch.bfloat16)
@@ -79,7 +90,7 @@ def rel(a, b, keep):
 @pytest.mark.parametrize("kind,d", CASES)
 def test_logits_of_a_padded_batch(kind, d):
     cfg = small(kind, d)
-    ref, sdpa, ours = models(cfg)
+    ref, sdpa, ours = models(cfg, baseline(kind))
     ids, mask = batch([70, 33, 70, 5], 70, cfg.vocab_size)
     keep = mask.bool()
     with torch.no_grad():
@@ -116,7 +127,8 @@ def test_training_step_gradients(kind, d):
         model.train()
         model.zero_grad(set_to_none=True)
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
-        return {n: p.grad.double() for n, p in model.named_parameters() if p.grad is not None and "proj" in n}
+        return {n: p.grad.double() for n, p in model.named_parameters()
+                if p.grad is not None and ("proj" in n or n.endswith(".sinks"))}
 
     want, base, got = grads(ref), grads(eager), grads(ours)
     for name in want:
@@ -127,10 +139,11 @@ def test_training_step_gradients(kind, d):
 
 
 @pytest.mark.parametrize("kind,d,cache", [("llama", 128, "dynamic"), ("llama", 132, "dynamic"),
-                                          ("mistral", 128, "dynamic"), ("llama", 128, "static")])
+                                          ("mistral", 128, "dynamic"), ("llama", 128, "static"),
+                                          ("gptoss", 64, "dynamic")])
 def test_greedy_generate_matches_sdpa(kind, d, cache):
     cfg = small(kind, d)
-    _, sdpa, ours = models(cfg)
+    _, sdpa, ours = models(cfg, baseline(kind))
     ids, mask = batch([20, 7, 13], 20, cfg.vocab_size)
     kw = dict(attention_mask=mask, max_new_tokens=32, do_sample=False, pad_token_id=0)
     if cache == "static":  # the preallocated buffer: keys past the filled slots must not be attended
