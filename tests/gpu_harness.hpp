@@ -6,7 +6,7 @@
 // space and, in strided layouts, gaps (a stray write shows up as a changed gap element; input gaps hold NaN so a
 // stray read poisons the result).
 #pragma once
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -100,15 +100,16 @@ struct Case {
     double effective_scale() const { return scale.value_or(1.0 / std::sqrt(double(d_qk))); }
 
     std::string describe() const {
-        std::string s = fmt::format("d{}{} {} {} h{}:{} b{} s{}x{} {}", d_qk, d_v != d_qk ? fmt::format("/{}", d_v) : "",
-                                    rtattn::to_string(dtype), causal ? "causal" : "full", heads_q, heads_kv, batch,
-                                    seqlen_q, seqlen_k, to_string(layout));
-        if (scale) s += fmt::format(" scale={}", *scale);
+        std::string s = util::format("d{}{} {} {} h{}:{} b{} s{}x{} {}", d_qk,
+                                     d_v != d_qk ? util::format("/{}", d_v) : "", rtattn::to_string(dtype),
+                                     causal ? "causal" : "full", heads_q, heads_kv, batch, seqlen_q, seqlen_k,
+                                     to_string(layout));
+        if (scale) s += util::format(" scale={}", *scale);
         if (dist == Dist::normal) s += " normal";
         if (!with_lse) s += " no-lse";
-        if (local) s += fmt::format(" window({},{})", window_left, window_right);
+        if (local) s += util::format(" window({},{})", window_left, window_right);
         if (sinks) s += " sinks";
-        if (softcap > 0) s += fmt::format(" softcap={}", softcap);
+        if (softcap > 0) s += util::format(" softcap={}", softcap);
         if (alibi) s += alibi == 1 ? " alibi" : " alibi-per-batch";
         return s;
     }

@@ -67,20 +67,20 @@ Outcome evaluate(const Problem& p, const DeviceResult& got, const test::Referenc
 
 std::string judge(const Outcome& r, const Case& c) {
     std::vector<std::string> why;
-    if (r.o_unwritten) why.push_back(fmt::format("{} O elements never written", r.o_unwritten));
-    if (r.o_stray) why.push_back(fmt::format("{} O buffer elements outside the tensor overwritten", r.o_stray));
+    if (r.o_unwritten) why.push_back(util::format("{} O elements never written", r.o_unwritten));
+    if (r.o_stray) why.push_back(util::format("{} O buffer elements outside the tensor overwritten", r.o_stray));
     if (!(r.o_err <= o_tolerance(c.dtype)))
-        why.push_back(fmt::format("O rel error {:.3e} > {:.0e}", r.o_err, o_tolerance(c.dtype)));
+        why.push_back(util::format("O rel error {:.3e} > {:.0e}", r.o_err, o_tolerance(c.dtype)));
     if (c.with_lse) {
-        if (r.lse_unwritten) why.push_back(fmt::format("{} LSE elements never written", r.lse_unwritten));
+        if (r.lse_unwritten) why.push_back(util::format("{} LSE elements never written", r.lse_unwritten));
         if (!(r.lse_err <= kLseTolerance))
-            why.push_back(fmt::format("LSE rel error {:.3e} > {:.0e}", r.lse_err, kLseTolerance));
+            why.push_back(util::format("LSE rel error {:.3e} > {:.0e}", r.lse_err, kLseTolerance));
     } else if (r.lse_written) {
-        why.push_back(fmt::format("lse == nullptr, yet {} LSE elements written", r.lse_written));
+        why.push_back(util::format("lse == nullptr, yet {} LSE elements written", r.lse_written));
     }
-    if (r.lse_stray) why.push_back(fmt::format("{} elements past the LSE array overwritten", r.lse_stray));
+    if (r.lse_stray) why.push_back(util::format("{} elements past the LSE array overwritten", r.lse_stray));
     if (r.empty_row_errors)
-        why.push_back(fmt::format("{} of {} keyless rows not (O = 0, LSE = +inf)", r.empty_row_errors, r.empty_rows));
+        why.push_back(util::format("{} of {} keyless rows not (O = 0, LSE = +inf)", r.empty_row_errors, r.empty_rows));
     std::string s;
     for (const auto& w : why) s += (s.empty() ? "" : "; ") + w;
     return s;

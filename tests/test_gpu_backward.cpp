@@ -6,7 +6,7 @@
 // tolerance and twice the error the exact sum has over the O and LSE the backward is given (the forward's, 16-bit):
 // dsinks sums P_sink * D, D = dO . O, over rows of either sign, so it keeps D's error, which O's rounding sets. Tagged
 // [gpu]: skipped, visibly, without a GPU.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <bit>
 #include <cstring>
@@ -18,6 +18,8 @@
 
 using namespace rtattn;
 using namespace rtattn::test::gpu;
+
+namespace util = rtattn::util;
 
 namespace {
 
@@ -217,22 +219,22 @@ void run_backward_table(const char* name, const std::vector<Case>& cases, bool d
         const bool ok = r.dq_err <= tol && r.dk_err <= tol && r.dv_err <= tol &&
                         r.dsinks_err <= std::max(tol, r.dsinks_bound) &&
                         r.unwritten == 0 && r.stray == 0 && r.keyless_nonzero == 0;
-        INFO(fmt::format("{}: {}: dq {:.2e} dk {:.2e} dv {:.2e} dsinks {:.2e} (bound {:.2e}) (tolerance {:.0e}), "
-                         "unwritten {}, stray {}, nonzero in keyless rows {}{}", name, c.describe(), r.dq_err,
-                         r.dk_err, r.dv_err, r.dsinks_err, r.dsinks_bound, tol, r.unwritten, r.stray,
-                         r.keyless_nonzero,
-                         r.stray >= 1000000 ? " (deterministic runs differ)" : ""));
+        INFO(util::format("{}: {}: dq {:.2e} dk {:.2e} dv {:.2e} dsinks {:.2e} (bound {:.2e}) (tolerance {:.0e}), "
+                          "unwritten {}, stray {}, nonzero in keyless rows {}{}", name, c.describe(), r.dq_err,
+                          r.dk_err, r.dv_err, r.dsinks_err, r.dsinks_bound, tol, r.unwritten, r.stray,
+                          r.keyless_nonzero,
+                          r.stray >= 1000000 ? " (deterministic runs differ)" : ""));
         CHECK(ok);
         const double w = std::max({r.dq_err, r.dk_err, r.dv_err});
         if (w > worst) worst = w, worst_case = c.describe();
         if (c.sinks && r.dsinks_err > worst_sinks.first)
             worst_sinks = {r.dsinks_err, r.dsinks_err / r.dsinks_bound}, worst_sinks_case = c.describe();
     }
-    fmt::print("{}: {} cases{}, worst relative error {:.2e} ({})\n", name, cases.size(),
-               deterministic ? " (deterministic, each run twice)" : "", worst, worst_case);
+    util::print("{}: {} cases{}, worst relative error {:.2e} ({})\n", name, cases.size(),
+                deterministic ? " (deterministic, each run twice)" : "", worst, worst_case);
     if (worst_sinks.first > 0)
-        fmt::print("{}: worst dsinks error {:.2e}, {:.2f}x its bound from the forward's O ({})\n", name,
-                   worst_sinks.first, worst_sinks.second, worst_sinks_case);
+        util::print("{}: worst dsinks error {:.2e}, {:.2f}x its bound from the forward's O ({})\n", name,
+                    worst_sinks.first, worst_sinks.second, worst_sinks_case);
 }
 
 // A score variant's table over every family: d1 (the mma.sync kernel), 64 (the warp-specialized kernel's 128-query
@@ -472,8 +474,8 @@ TEST_CASE("backward: a CUDA graph of forward + backward replays", "[gpu][bwd]") 
     c.causal = true;
     c.heads_q = 4, c.heads_kv = 2;
     const GradOutcome r = run_backward(c, false, /*graph=*/true);
-    INFO(fmt::format("dq {:.2e} dk {:.2e} dv {:.2e} unwritten {} stray {}", r.dq_err, r.dk_err, r.dv_err,
-                     r.unwritten, r.stray));
+    INFO(util::format("dq {:.2e} dk {:.2e} dv {:.2e} unwritten {} stray {}", r.dq_err, r.dk_err, r.dv_err,
+                      r.unwritten, r.stray));
     CHECK(std::max({r.dq_err, r.dk_err, r.dv_err}) <= grad_tolerance(c.dtype));
     CHECK(r.unwritten == 0);
     CHECK(r.stray == 0);

@@ -6,7 +6,7 @@
 // (causal: speculative decoding), and a CUDA graph captured once and replayed with new lengths. Also the prefill kernel
 // against a paged cache (chunked prefill), with dense or packed queries.
 // Tagged [gpu]: skipped, visibly, without a GPU.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -23,6 +23,8 @@
 
 using namespace rtattn;
 using namespace rtattn::test::gpu;
+
+namespace util = rtattn::util;
 
 namespace {
 
@@ -83,19 +85,19 @@ struct DecodeCase {
     }
     std::string describe() const {
         std::string l;
-        for (int x : lens) l += fmt::format("{}{}", l.empty() ? "" : ",", x);
+        for (int x : lens) l += util::format("{}{}", l.empty() ? "" : ",", x);
         std::string ql;
-        for (int x : q_lens) ql += fmt::format("{}{}", ql.empty() ? "" : ",", x);
-        return fmt::format("{}d{}{} {} {} h{}:{} q{} lens[{}] {} splits={}", prefill ? "prefill " : "", d_qk,
-                           d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
-                           causal ? "causal" : "full", heads_q, heads_kv,
-                           q_lens.empty() ? std::to_string(seqlen_q) : "[" + ql + "]", l,
-                           page_size ? fmt::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
-                           num_splits) +
-               (local ? fmt::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
-               (softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
+        for (int x : q_lens) ql += util::format("{}{}", ql.empty() ? "" : ",", x);
+        return util::format("{}d{}{} {} {} h{}:{} q{} lens[{}] {} splits={}", prefill ? "prefill " : "", d_qk,
+                            d_v != d_qk ? util::format("/{}", d_v) : "", rtattn::to_string(dtype),
+                            causal ? "causal" : "full", heads_q, heads_kv,
+                            q_lens.empty() ? std::to_string(seqlen_q) : "[" + ql + "]", l,
+                            page_size ? util::format("paged{}{}", page_size, head_major ? "-hm" : "") : "dense",
+                            num_splits) +
+               (local ? util::format(" window({},{})", window_left, window_right) : "") + (sinks ? " sinks" : "") +
+               (softcap > 0 ? util::format(" softcap={}", softcap) : "") +
                (alibi ? alibi == 2 ? " alibi-per-batch" : " alibi" : "") +
-               (append ? fmt::format(" append {}", append) : "") + (no_workspace ? " no workspace" : "") +
+               (append ? util::format(" append {}", append) : "") + (no_workspace ? " no workspace" : "") +
                (split_rows ? " split rows" : "");
     }
     std::int64_t alibi_stride() const { return alibi == 2 ? heads_q + 3 : 0; }
@@ -367,11 +369,11 @@ std::string judge(const DecodeProblem& p, const DeviceDecode& d, const Expected&
     const double o_err = test::rel_frobenius(got_o, e.o);
     const double lse_err = test::rel_frobenius_floor1(got_lse, ref_lse);
     std::string why;
-    if (!(o_err <= o_tolerance(c.dtype))) why += fmt::format(" O error {:.3g} > {:.3g};", o_err, o_tolerance(c.dtype));
-    if (!(lse_err <= kLseTolerance)) why += fmt::format(" LSE error {:.3g} > {:.3g};", lse_err, kLseTolerance);
-    if (unwritten) why += fmt::format(" {} O elements unwritten;", unwritten);
-    if (stray) why += fmt::format(" {} guard elements changed;", stray);
-    if (empty_bad) why += fmt::format(" {} keyless rows without LSE +inf;", empty_bad);
+    if (!(o_err <= o_tolerance(c.dtype))) why += util::format(" O error {:.3g} > {:.3g};", o_err, o_tolerance(c.dtype));
+    if (!(lse_err <= kLseTolerance)) why += util::format(" LSE error {:.3g} > {:.3g};", lse_err, kLseTolerance);
+    if (unwritten) why += util::format(" {} O elements unwritten;", unwritten);
+    if (stray) why += util::format(" {} guard elements changed;", stray);
+    if (empty_bad) why += util::format(" {} keyless rows without LSE +inf;", empty_bad);
     if (c.append) {  // the new rows where they belong, guards and every other slot untouched
         for (auto [buf, want, t, name] : {std::tuple{&d.kc, &p.kc_after, &p.k_arg, "K"},
                                           std::tuple{&d.vc, &p.vc_after, &p.v_arg, "V"}}) {
@@ -381,7 +383,7 @@ std::string judge(const DecodeProblem& p, const DeviceDecode& d, const Expected&
             std::size_t wrong = 0;
             for (std::size_t i = 0; i < got.size(); ++i)
                 wrong += got[i] != (i < g || i >= g + want->size() ? kNaN16 : (*want)[i - g]);
-            if (wrong) why += fmt::format(" {} {} cache elements not as appended;", wrong, name);
+            if (wrong) why += util::format(" {} {} cache elements not as appended;", wrong, name);
         }
     }
     UNSCOPED_INFO(c.describe() << ": O error " << o_err << ", LSE error " << lse_err);

@@ -4,7 +4,7 @@
 // (causal aligned bottom-right per sequence); O, LSE, dQ, dK, dV poisoned before each launch and required written
 // everywhere and nowhere past their guards. Also the merge of attention states (cascade attention: a shared prefix
 // and each sequence's own keys). Tagged [gpu]: skipped, visibly, without a GPU.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -17,6 +17,8 @@
 
 using namespace rtattn;
 using namespace rtattn::test::gpu;
+
+namespace util = rtattn::util;
 
 namespace {
 
@@ -58,15 +60,15 @@ struct VarlenCase {
     std::string describe() const {
         auto list = [](const std::vector<int>& l) {
             std::string s;
-            for (int x : l) s += fmt::format("{}{}", s.empty() ? "" : ",", x);
+            for (int x : l) s += util::format("{}{}", s.empty() ? "" : ",", x);
             return s;
         };
-        return fmt::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}{}{}", d_qk,
-                           d_v != d_qk ? fmt::format("/{}", d_v) : "", rtattn::to_string(dtype),
-                           causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
-                           extra_max, deterministic ? " deterministic" : "",
-                           local ? fmt::format(" window({},{})", window_left, window_right) : "",
-                           sinks ? " sinks" : "", softcap > 0 ? fmt::format(" softcap={}", softcap) : "") +
+        return util::format("d{}{} {} {} h{}:{} q[{}] k[{}] pad{} extra{}{}{}{}{}", d_qk,
+                            d_v != d_qk ? util::format("/{}", d_v) : "", rtattn::to_string(dtype),
+                            causal ? "causal" : "full", heads_q, heads_kv, list(lens_q), list(lens_k), row_pad,
+                            extra_max, deterministic ? " deterministic" : "",
+                            local ? util::format(" window({},{})", window_left, window_right) : "",
+                            sinks ? " sinks" : "", softcap > 0 ? util::format(" softcap={}", softcap) : "") +
                (alibi ? " alibi" : "");
     }
     std::uint32_t seed() const {
@@ -124,9 +126,9 @@ struct Tally {
     std::string judge(const char* name, double tol, double floor_rms = 0) const {
         const double err = floor_rms > 0 ? test::rel_frobenius_floor(got, ref, floor_rms) : test::rel_frobenius(got, ref);
         std::string why;
-        if (!(err <= tol)) why += fmt::format(" {} error {:.3g} > {:.3g};", name, err, tol);
-        if (unwritten) why += fmt::format(" {} {} elements unwritten;", unwritten, name);
-        if (stray) why += fmt::format(" {} {} padding/guard elements changed;", stray, name);
+        if (!(err <= tol)) why += util::format(" {} error {:.3g} > {:.3g};", name, err, tol);
+        if (unwritten) why += util::format(" {} {} elements unwritten;", unwritten, name);
+        if (stray) why += util::format(" {} {} padding/guard elements changed;", stray, name);
         UNSCOPED_INFO(name << " error " << err);
         return why;
     }
@@ -239,8 +241,8 @@ void run_case(const VarlenCase& c) {
     }
     std::string why = to.judge("O", o_tolerance(c.dtype));
     const double lse_err = test::rel_frobenius_floor1(got_lse, ref_lse);
-    if (!(lse_err <= kLseTolerance)) why += fmt::format(" LSE error {:.3g};", lse_err);
-    if (lse_bad) why += fmt::format(" {} LSE elements wrong (keyless rows not +inf, or guard changed);", lse_bad);
+    if (!(lse_err <= kLseTolerance)) why += util::format(" LSE error {:.3g};", lse_err);
+    if (lse_bad) why += util::format(" {} LSE elements wrong (keyless rows not +inf, or guard changed);", lse_bad);
     CHECK(why.empty());
     if (!why.empty()) FAIL_CHECK("forward:" << why);
     if (!c.backward) return;
@@ -676,8 +678,8 @@ TEST_CASE("merge: cascade attention (shared prefix + own keys), in place, empty 
         to.padding(oa);
         std::string why = to.judge("merged O", o_tolerance(c.dtype));
         const double lse_err = test::rel_frobenius_floor1(got_lse, ref_lse);
-        if (!(lse_err <= kLseTolerance)) why += fmt::format(" merged LSE error {:.3g};", lse_err);
-        if (nan_row_ok != std::size_t(d) + 1) why += fmt::format(" NaN row: {} of {} NaN;", nan_row_ok, d + 1);
+        if (!(lse_err <= kLseTolerance)) why += util::format(" merged LSE error {:.3g};", lse_err);
+        if (nan_row_ok != std::size_t(d) + 1) why += util::format(" NaN row: {} of {} NaN;", nan_row_ok, d + 1);
         CHECK(why.empty());
         if (!why.empty()) FAIL_CHECK(why);
     }

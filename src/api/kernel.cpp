@@ -1,6 +1,6 @@
 // Kernel: has its family check a forward call's arguments against the plan, then launch it (a prefill config's
 // few-query calls through its decode twin); the merge entry every forward module carries.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cstdint>
 #include <mutex>
@@ -105,15 +105,15 @@ void Kernel::merge(const MergeArgs& a, void* stream) const {
     const Impl& k = impl_of(impl_);
     const plan::KernelPlan& p = k.plan;
     const int heads = k.config.num_heads_q;
-    if (a.batch < 1) throw ArgumentError("batch", fmt::format("{} is out of range; allowed >= 1", a.batch));
-    if (a.seqlen < 1) throw ArgumentError("seqlen", fmt::format("{} is out of range; allowed >= 1", a.seqlen));
+    if (a.batch < 1) throw ArgumentError("batch", util::format("{} is out of range; allowed >= 1", a.batch));
+    if (a.seqlen < 1) throw ArgumentError("seqlen", util::format("{} is out of range; allowed >= 1", a.seqlen));
     // One warp per row, the rows along the grid's x.
     const std::int64_t rows = std::int64_t(a.batch) * heads * a.seqlen;
     const std::int64_t max_rows = kernels::max_warp_rows(kernels::kMergeThreads);
     if (rows > max_rows)
-        throw ArgumentError("seqlen", fmt::format("batch {} x heads_q {} x seqlen {} = {} rows; the merge takes at "
-                                                  "most {}",
-                                                  a.batch, heads, a.seqlen, rows, max_rows));
+        throw ArgumentError("seqlen", util::format("batch {} x heads_q {} x seqlen {} = {} rows; the merge takes at "
+                                                   "most {}",
+                                                   a.batch, heads, a.seqlen, rows, max_rows));
     using kernels::check_tensor;
     check_tensor("o_a", a.o_a, p.vec_v, false, a.batch, a.seqlen, heads, p.head_dim_v);
     check_tensor("o_b", a.o_b, p.vec_v, false, a.batch, a.seqlen, heads, p.head_dim_v);

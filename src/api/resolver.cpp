@@ -1,6 +1,6 @@
 #include "api/resolver.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cstdlib>
 
@@ -103,8 +103,8 @@ std::string device_arch(const AttentionConfig& c) {
     const auto dev = driver::current_device();
     const std::string name = dev.arch();
     if (!arch::find(name))
-        throw ConfigError("arch", fmt::format("device {} is {}, which rtattn does not support; supported: {}", dev.name,
-                                              name, known_archs()));
+        throw ConfigError("arch", util::format("device {} is {}, which rtattn does not support; supported: {}",
+                                               dev.name, name, known_archs()));
     return name;
 }
 

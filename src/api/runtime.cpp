@@ -1,5 +1,5 @@
 // Runtime: the one place where the stages meet. config -> plan -> render -> key -> cache(compile) -> load.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -37,11 +37,11 @@ namespace {
 RuntimeOptions effective_options(RuntimeOptions o) {
     if (o.max_concurrent_compiles < 0)
         throw ConfigError("max_concurrent_compiles",
-                          fmt::format("{} is not allowed; give 1 or more, or 0 for one per hardware thread",
-                                      o.max_concurrent_compiles));
+                          util::format("{} is not allowed; give 1 or more, or 0 for one per hardware thread",
+                                       o.max_concurrent_compiles));
     if (!(o.lock_timeout_seconds >= 0 && o.lock_timeout_seconds <= 86400))
         throw ConfigError("lock_timeout_seconds",
-                          fmt::format("{} is out of range; allowed 0..86400", o.lock_timeout_seconds));
+                          util::format("{} is out of range; allowed 0..86400", o.lock_timeout_seconds));
     const int hardware = std::max(1, int(std::thread::hardware_concurrency()));
     o.max_concurrent_compiles =
         o.max_concurrent_compiles == 0 ? std::min(hardware, 8) : std::min(o.max_concurrent_compiles, hardware);
@@ -100,15 +100,15 @@ struct Runtime::Impl {
                     std::counting_semaphore<64>& s;
                     ~Release() { s.release(); }
                 } release{compile_slots};
-                log.info(fmt::format("compiling {} (key {})", what, b.key.substr(0, 12)));
+                log.info(util::format("compiling {} (key {})", what, b.key.substr(0, 12)));
                 const auto out = compile::compile(b.source, b.config.arch);
                 {
                     std::lock_guard<std::mutex> lock(compile_time_mu);
                     compile_seconds += out.seconds;
                 }
                 if (out.ptxas.spill_store_bytes > 0)
-                    log.warn(fmt::format("{}: ptxas reports {} bytes of spill stores", what,
-                                         out.ptxas.spill_store_bytes));
+                    log.warn(util::format("{}: ptxas reports {} bytes of spill stores", what,
+                                          out.ptxas.spill_store_bytes));
                 nlohmann::ordered_json info;
                 info["config"] = nlohmann::json::parse(b.config.to_json());
                 info["pass"] = b.pass;
@@ -153,10 +153,10 @@ struct Runtime::Impl {
     KernelInfo precompile(const Buildable& b) {
         const auto got = fetch(b);
         if (!got.not_stored.empty())
-            throw CacheError(fmt::format("{}{}: compiled, but not stored in the disk cache at {}: {}. This process "
-                                         "serves it from memory; others will compile it again",
-                                         b.config.describe(), std::string(b.pass) == "backward" ? " backward" : "",
-                                         cache.disk().dir(), got.not_stored));
+            throw CacheError(util::format("{}{}: compiled, but not stored in the disk cache at {}: {}. This process "
+                                          "serves it from memory; others will compile it again",
+                                          b.config.describe(), std::string(b.pass) == "backward" ? " backward" : "",
+                                          cache.disk().dir(), got.not_stored));
         return make_info(b, got);
     }
 
@@ -176,12 +176,12 @@ namespace {
 driver::DeviceInfo device_for(const std::string& arch, int smem_bytes) {
     const auto dev = driver::current_device();
     if (!arch_runs_on(arch, dev))
-        throw ConfigError("arch", fmt::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
-                                              "arch empty",
-                                              arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
+        throw ConfigError("arch", util::format("{} code cannot run on {} (compute capability {}.{}); use {} or leave "
+                                               "arch empty",
+                                               arch, dev.name, dev.cc_major, dev.cc_minor, dev.arch()));
     if (smem_bytes > dev.smem_optin)
-        throw ConfigError("arch", fmt::format("the plan needs {} B of shared memory; {} allows {} B per block",
-                                              smem_bytes, dev.name, dev.smem_optin));
+        throw ConfigError("arch", util::format("the plan needs {} B of shared memory; {} allows {} B per block",
+                                               smem_bytes, dev.name, dev.smem_optin));
     return dev;
 }
 

@@ -1,6 +1,6 @@
 #include "arch/arch.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include "core/errors.hpp"
 #include "util/text.hpp"
@@ -29,7 +29,7 @@ const Arch* find(std::string_view name) {
 
 const Arch& get(std::string_view name) {
     if (const Arch* a = find(name)) return *a;
-    throw ConfigError("arch", fmt::format("{} is not supported; allowed: {}", util::quoted(name), known_names()));
+    throw ConfigError("arch", util::format("{} is not supported; allowed: {}", util::quoted(name), known_names()));
 }
 
 std::string known_names() {
@@ -41,7 +41,7 @@ std::string known_names() {
 std::string for_device(int major, int minor) {
     for (const auto& a : kArchs)
         if (a.specific && a.major == major && a.minor == minor) return a.name;
-    return fmt::format("sm_{}{}", major, minor);
+    return util::format("sm_{}{}", major, minor);
 }
 
 bool runs_on(const Arch& a, int major, int minor) {

@@ -1,7 +1,7 @@
 #include "compile/compile.hpp"
 
 #include <dlfcn.h>
-#include <fmt/format.h>
+#include "util/format.hpp"
 #include <nvrtc.h>
 
 #include <chrono>
@@ -49,19 +49,19 @@ Nvrtc load_nvrtc() {
         lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (lib) break;
         const char* why = dlerror();
-        tried += fmt::format("\n  {}: {}", path, why ? why : "not found");
+        tried += util::format("\n  {}: {}", path, why ? why : "not found");
     }
     if (!lib)
-        throw CompileError(fmt::format("NVRTC ({}, the CUDA runtime compiler) was not found; it compiles every "
-                                       "kernel and names the cache's keys. Install the CUDA toolkit's NVRTC (or "
-                                       "pip's nvidia-cuda-nvrtc) and put it on LD_LIBRARY_PATH, or set RTATTN_NVRTC "
-                                       "to the file. Tried:{}",
-                                       RTATTN_NVRTC_SONAME, tried),
+        throw CompileError(util::format("NVRTC ({}, the CUDA runtime compiler) was not found; it compiles every "
+                                        "kernel and names the cache's keys. Install the CUDA toolkit's NVRTC (or "
+                                        "pip's nvidia-cuda-nvrtc) and put it on LD_LIBRARY_PATH, or set RTATTN_NVRTC "
+                                        "to the file. Tried:{}",
+                                        RTATTN_NVRTC_SONAME, tried),
                            "", "", "");
     Nvrtc n;
     auto resolve = [&](const char* symbol, void** slot) {
         *slot = dlsym(lib, symbol);
-        if (!*slot) throw CompileError(fmt::format("the NVRTC found lacks {}", symbol), "", "", "");
+        if (!*slot) throw CompileError(util::format("the NVRTC found lacks {}", symbol), "", "", "");
     };
 #define RTATTN_RESOLVE(name) resolve(#name, reinterpret_cast<void**>(&n.name));
     RTATTN_NVRTC_FUNCTIONS(RTATTN_RESOLVE)
@@ -79,7 +79,7 @@ const Nvrtc& nvrtc() {
 }
 
 void check(nvrtcResult r, const char* call) {
-    if (r != NVRTC_SUCCESS) throw Error(fmt::format("{} failed: {}", call, nvrtc().nvrtcGetErrorString(r)));
+    if (r != NVRTC_SUCCESS) throw Error(util::format("{} failed: {}", call, nvrtc().nvrtcGetErrorString(r)));
 }
 
 struct Program {
@@ -98,13 +98,13 @@ std::vector<std::string> options_for(const std::string& arch) {
 }
 
 std::string join_options(const std::vector<std::string>& opts) {
-    return fmt::format("{}", fmt::join(opts, " "));
+    return util::format("{}", fmt::join(opts, " "));
 }
 
 std::string nvrtc_version() {
     int major = 0, minor = 0;
     check(nvrtc().nvrtcVersion(&major, &minor), "nvrtcVersion");
-    return fmt::format("{}.{}", major, minor);
+    return util::format("{}.{}", major, minor);
 }
 
 PtxasReport parse_ptxas(const std::string& log, const std::string& entry) {
@@ -163,8 +163,8 @@ Compiled compile(const render::RenderedSource& src, const std::string& arch) {
     if (log_size) n.nvrtcGetProgramLog(prog.p, out.log.data());
     while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
     if (result != NVRTC_SUCCESS)
-        throw CompileError(fmt::format("NVRTC could not compile {} for {}: {}", src.name, arch,
-                                       n.nvrtcGetErrorString(result)),
+        throw CompileError(util::format("NVRTC could not compile {} for {}: {}", src.name, arch,
+                                        n.nvrtcGetErrorString(result)),
                            out.log, out.options, src.full_text());
 
     size_t cubin_size = 0;

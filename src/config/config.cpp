@@ -1,4 +1,4 @@
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cmath>
 #include <limits>
@@ -17,7 +17,7 @@ namespace rtattn::core {
 namespace {
 
 void check_range(const char* field, long long v, long long lo, long long hi) {
-    if (v < lo || v > hi) throw ConfigError(field, fmt::format("{} is out of range; allowed {}..{}", v, lo, hi));
+    if (v < lo || v > hi) throw ConfigError(field, util::format("{} is out of range; allowed {}..{}", v, lo, hi));
 }
 
 }  // namespace
@@ -27,7 +27,7 @@ const char* to_string(Dtype d) noexcept { return d == Dtype::bf16 ? "bf16" : "fp
 Dtype dtype_from_string(const std::string& s) {
     if (s == "bf16" || s == "bfloat16") return Dtype::bf16;
     if (s == "fp16" || s == "float16" || s == "half") return Dtype::fp16;
-    throw ConfigError("dtype", fmt::format("{} is not supported; allowed: fp16, bf16", util::quoted(s)));
+    throw ConfigError("dtype", util::format("{} is not supported; allowed: fp16, bf16", util::quoted(s)));
 }
 
 bool is_known_arch(const std::string& arch) noexcept { return arch::find(arch) != nullptr; }
@@ -42,19 +42,19 @@ void AttentionConfig::validate() const {
     check_range("num_heads_q", num_heads_q, 1, kMaxHeads);
     check_range("num_heads_kv", num_heads_kv, 1, num_heads_q);
     if (num_heads_q % num_heads_kv != 0)
-        throw ConfigError("num_heads_kv", fmt::format("num_heads_q ({}) must be a multiple of num_heads_kv ({})",
-                                                      num_heads_q, num_heads_kv));
+        throw ConfigError("num_heads_kv", util::format("num_heads_q ({}) must be a multiple of num_heads_kv ({})",
+                                                       num_heads_q, num_heads_kv));
     // The kernels take the scale as a float, and scale * log2(e) too (the exponent base 2): a double that is finite
     // but turns into infinity or 0 (or a subnormal) there would run as all-NaN or all-uniform attention.
     constexpr double kMinScale = std::numeric_limits<float>::min();
     constexpr double kMaxScale = std::numeric_limits<float>::max() / 1.4426950408889634;
     if (softmax_scale && !(*softmax_scale >= kMinScale && *softmax_scale <= kMaxScale))
-        throw ConfigError("softmax_scale", fmt::format("{} is not allowed; allowed {:g}..{:g} (finite, > 0, a normal "
-                                                       "float32 once multiplied by log2(e))",
-                                                       *softmax_scale, kMinScale, kMaxScale));
+        throw ConfigError("softmax_scale", util::format("{} is not allowed; allowed {:g}..{:g} (finite, > 0, a normal "
+                                                        "float32 once multiplied by log2(e))",
+                                                        *softmax_scale, kMinScale, kMaxScale));
     if (!arch.empty() && !is_known_arch(arch))
-        throw ConfigError("arch", fmt::format("{} is not supported; allowed: {} (or empty for the current device)",
-                                              util::quoted(arch), known_archs()));
+        throw ConfigError("arch", util::format("{} is not supported; allowed: {} (or empty for the current device)",
+                                               util::quoted(arch), known_archs()));
     if (varlen && decode)
         throw ConfigError("varlen", "and decode cannot both be set (decode takes a dense query batch against "
                                     "per-sequence cache lengths; varlen is the packed prefill)");
@@ -85,7 +85,7 @@ AttentionConfig AttentionConfig::from_json(const std::string& text) {
 
 std::string json_for_message(const nlohmann::json& v) {
     const std::string text = v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
-    return text.size() <= 64 ? text : text.substr(0, 64) + fmt::format("... ({} bytes)", text.size());
+    return text.size() <= 64 ? text : text.substr(0, 64) + util::format("... ({} bytes)", text.size());
 }
 
 namespace {
@@ -95,10 +95,10 @@ namespace {
 std::optional<int> int_field(const nlohmann::json& j, const char* key, long long lo, long long hi) {
     if (!j.contains(key) || j[key].is_null()) return std::nullopt;
     const auto& v = j[key];
-    if (!v.is_number_integer()) throw ConfigError(key, fmt::format("must be an integer, got {}", json_for_message(v)));
+    if (!v.is_number_integer()) throw ConfigError(key, util::format("must be an integer, got {}", json_for_message(v)));
     const bool fits = v.is_number_unsigned() ? v.get<unsigned long long>() <= static_cast<unsigned long long>(hi)
                                              : v.get<long long>() >= lo && v.get<long long>() <= hi;
-    if (!fits) throw ConfigError(key, fmt::format("{} is out of range; allowed {}..{}", json_for_message(v), lo, hi));
+    if (!fits) throw ConfigError(key, util::format("{} is out of range; allowed {}..{}", json_for_message(v), lo, hi));
     return int(v.get<long long>());
 }
 
@@ -124,8 +124,8 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
     const auto qk = int_field(j, "head_dim_qk", 1, AttentionConfig::kMaxHeadDim),
                plain = int_field(j, "head_dim", 1, AttentionConfig::kMaxHeadDim);
     if (qk && plain && *qk != *plain)
-        throw ConfigError("head_dim", fmt::format("head_dim ({}) and head_dim_qk ({}) disagree; give one of them",
-                                                  *plain, *qk));
+        throw ConfigError("head_dim", util::format("head_dim ({}) and head_dim_qk ({}) disagree; give one of them",
+                                                   *plain, *qk));
     if (!qk && !plain) throw ConfigError("head_dim_qk", "missing; give head_dim_qk (or head_dim), 1..256");
     c.head_dim_qk = qk ? *qk : *plain;
     c.head_dim_v = int_field(j, "head_dim_v", 1, AttentionConfig::kMaxHeadDim);
@@ -162,13 +162,15 @@ AttentionConfig config_from_json(const nlohmann::json& j) {
 }
 
 std::string AttentionConfig::describe() const {
-    std::string d = dv() == head_dim_qk ? fmt::format("d{}", head_dim_qk) : fmt::format("d{}/{}", head_dim_qk, dv());
-    return fmt::format("{} {} {} h{}:{}{}{}{}{}{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal",
-                       num_heads_q, num_heads_kv,
-                       decode ? (paged_kv ? " decode paged" : " decode") : paged_kv ? " paged" : "",
-                       varlen ? " varlen" : "", local ? " local" : "", sinks ? " sinks" : "", softcap ? " softcap" : "",
-                       alibi ? " alibi" : "",
-                       softmax_scale ? fmt::format(" scale={}", *softmax_scale) : "", arch.empty() ? "" : " " + arch);
+    std::string d =
+        dv() == head_dim_qk ? util::format("d{}", head_dim_qk) : util::format("d{}/{}", head_dim_qk, dv());
+    return util::format("{} {} {} h{}:{}{}{}{}{}{}{}{}{}", d, to_string(dtype), causal ? "causal" : "noncausal",
+                        num_heads_q, num_heads_kv,
+                        decode ? (paged_kv ? " decode paged" : " decode") : paged_kv ? " paged" : "",
+                        varlen ? " varlen" : "", local ? " local" : "", sinks ? " sinks" : "",
+                        softcap ? " softcap" : "", alibi ? " alibi" : "",
+                        softmax_scale ? util::format(" scale={}", *softmax_scale) : "",
+                        arch.empty() ? "" : " " + arch);
 }
 
 }  // namespace rtattn::core

@@ -1,7 +1,7 @@
 #include "driver/driver.hpp"
 
 #include <dlfcn.h>
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cstring>
 #include <map>
@@ -20,9 +20,9 @@ Api load_api() {
     if (!lib) {
         const char* why = dlerror();
         throw CudaError("dlopen(libcuda.so.1)", CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE",
-                        fmt::format("no CUDA driver on this machine ({}); a GPU is needed to run kernels, but "
-                                    "`rtattn precompile` works without one",
-                                    why ? why : "not found"));
+                        util::format("no CUDA driver on this machine ({}); a GPU is needed to run kernels, but "
+                                     "`rtattn precompile` works without one",
+                                     why ? why : "not found"));
     }
     Api api;
     // Each entry is looked up by the exact symbol its cuda.h prototype names (cuMemAlloc -> cuMemAlloc_v2 through
@@ -31,9 +31,9 @@ Api load_api() {
     auto resolve = [&](const char* symbol, void** slot) {
         *slot = dlsym(lib, symbol);
         if (!*slot)
-            throw CudaError(fmt::format("dlsym({})", symbol), CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND",
-                            fmt::format("the CUDA driver lacks {}; rtattn needs a driver for CUDA {}.{} or newer",
-                                        symbol, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
+            throw CudaError(util::format("dlsym({})", symbol), CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND",
+                            util::format("the CUDA driver lacks {}; rtattn needs a driver for CUDA {}.{} or newer",
+                                         symbol, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
     };
 #define RTATTN_SYMBOL_NAME(name) #name
 #define RTATTN_RESOLVE(name) resolve(RTATTN_SYMBOL_NAME(name), reinterpret_cast<void**>(&api.name));

@@ -1,7 +1,7 @@
 // The argument checks the families' validate_args are built from (args.hpp).
 #include "kernels/args.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <array>
@@ -26,21 +26,21 @@ bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std:
 
 void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output, int batch, int seqlen, int heads,
                   int dim) {
-    auto field = [&](const char* f) { return fmt::format("{}.{}", name, f); };
+    auto field = [&](const char* f) { return util::format("{}.{}", name, f); };
     if (!t.ptr) throw ArgumentError(field("ptr"), "is null; a device pointer is required");
     const int align = vec * 2;
     if (reinterpret_cast<std::uintptr_t>(t.ptr) % align != 0)
-        throw ArgumentError(field("ptr"), fmt::format("must be {}-byte aligned (this kernel moves {}-element vectors "
-                                                      "for head dim {})",
-                                                      align, vec, dim));
+        throw ArgumentError(field("ptr"), util::format("must be {}-byte aligned (this kernel moves {}-element vectors "
+                                                       "for head dim {})",
+                                                       align, vec, dim));
     const std::array<std::pair<const char*, std::int64_t>, 3> strides = {
         {{"batch_stride", t.batch_stride}, {"seq_stride", t.seq_stride}, {"head_stride", t.head_stride}}};
     for (const auto& [f, s] : strides) {
-        if (s < 0) throw ArgumentError(field(f), fmt::format("{} is negative; strides must be >= 0", s));
+        if (s < 0) throw ArgumentError(field(f), util::format("{} is negative; strides must be >= 0", s));
         if (s % vec != 0)
-            throw ArgumentError(field(f), fmt::format("{} must be a multiple of {} elements (vector width for head "
-                                                      "dim {})",
-                                                      s, vec, dim));
+            throw ArgumentError(field(f), util::format("{} must be a multiple of {} elements (vector width for head "
+                                                       "dim {})",
+                                                       s, vec, dim));
     }
     std::array<Dim, 4> dims = {{{dim, 1}, {heads, t.head_stride}, {seqlen, t.seq_stride}, {batch, t.batch_stride}}};
     // The last element's byte offset must be an address: the kernels add index x stride in 64 bits, and a product
@@ -50,10 +50,10 @@ void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output,
         std::int64_t step = 0;
         if (__builtin_mul_overflow(d.extent - 1, d.stride, &step) || __builtin_add_overflow(last, step, &last) ||
             last > kMaxTensorElements)
-            throw ArgumentError(name, fmt::format("strides (batch {}, seq {}, head {}) reach past 2^62 bytes for "
-                                                  "[batch {}, seq {}, heads {}, dim {}]",
-                                                  t.batch_stride, t.seq_stride, t.head_stride, batch, seqlen, heads,
-                                                  dim));
+            throw ArgumentError(name, util::format("strides (batch {}, seq {}, head {}) reach past 2^62 bytes for "
+                                                   "[batch {}, seq {}, heads {}, dim {}]",
+                                                   t.batch_stride, t.seq_stride, t.head_stride, batch, seqlen, heads,
+                                                   dim));
     }
     if (!is_output) return;
     // Output rows must not overlap, or two CTAs would race on the same elements: sorted by stride, each dimension
@@ -63,27 +63,27 @@ void check_tensor(const char* name, const TensorArg& t, int vec, bool is_output,
     for (const auto& d : dims) {
         if (d.extent <= 1) continue;
         if (d.stride < span)
-            throw ArgumentError(name, fmt::format("strides (batch {}, seq {}, head {}) make output elements overlap "
-                                                  "for [batch {}, seq {}, heads {}, dim {}]",
-                                                  t.batch_stride, t.seq_stride, t.head_stride, batch, seqlen, heads,
-                                                  dim));
+            throw ArgumentError(name, util::format("strides (batch {}, seq {}, head {}) make output elements overlap "
+                                                   "for [batch {}, seq {}, heads {}, dim {}]",
+                                                   t.batch_stride, t.seq_stride, t.head_stride, batch, seqlen, heads,
+                                                   dim));
         span = d.stride * d.extent;
     }
 }
 
 void check_sizes(int batch, int seqlen_q, int seqlen_k) {
     if (batch < 1 || batch > kMaxBatch)
-        throw ArgumentError("batch", fmt::format("{} is out of range; allowed 1..{}", batch, kMaxBatch));
+        throw ArgumentError("batch", util::format("{} is out of range; allowed 1..{}", batch, kMaxBatch));
     for (const auto& [field, n] : {std::pair{"seqlen_q", seqlen_q}, std::pair{"seqlen_k", seqlen_k}})
         if (n < 1 || n > kMaxSeqlen)
-            throw ArgumentError(field, fmt::format("{} is out of range; allowed 1..{}", n, kMaxSeqlen));
+            throw ArgumentError(field, util::format("{} is out of range; allowed 1..{}", n, kMaxSeqlen));
 }
 
 void check_no_splits(int num_splits) {
     if (num_splits != 0 && num_splits != 1)
-        throw ArgumentError("num_splits", fmt::format("{} is for decode configs (config.decode); a prefill runs no key "
-                                                      "splits: allowed 0 or 1",
-                                                      num_splits));
+        throw ArgumentError("num_splits", util::format("{} is for decode configs (config.decode); a prefill runs no "
+                                                       "key splits: allowed 0 or 1",
+                                                       num_splits));
 }
 
 Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seqlen_q, int seqlen_k,
@@ -116,19 +116,19 @@ Rows check_packing(bool varlen, bool paged, const Packing& s, int batch, int seq
     for (const auto& side : sides) {
         if (paged && side.total_name == sides[1].total_name) continue;
         if (side.total < 1)
-            throw ArgumentError(side.total_name, fmt::format("{} is out of range; allowed >= 1 (the packed tensors' "
-                                                             "rows)",
-                                                             side.total));
+            throw ArgumentError(side.total_name, util::format("{} is out of range; allowed >= 1 (the packed tensors' "
+                                                              "rows)",
+                                                              side.total));
         if (side.longest > side.total)
-            throw ArgumentError(side.max_name, fmt::format("{} (the longest sequence) is above {} ({})", side.longest,
-                                                           side.total_name, side.total));
+            throw ArgumentError(side.max_name, util::format("{} (the longest sequence) is above {} ({})", side.longest,
+                                                            side.total_name, side.total));
     }
     for (const auto& [name, t] : tensors)
         if (t->batch_stride != 0)
-            throw ArgumentError(fmt::format("{}.batch_stride", name),
-                                fmt::format("{} must be 0 for varlen configs: sequences are packed along seq and "
-                                            "found through cu_seqlens",
-                                            t->batch_stride));
+            throw ArgumentError(util::format("{}.batch_stride", name),
+                                util::format("{} must be 0 for varlen configs: sequences are packed along seq and "
+                                             "found through cu_seqlens",
+                                             t->batch_stride));
     return {1, s.total_q, s.total_k};
 }
 
@@ -136,18 +136,18 @@ void check_window(const AttentionConfig& c, int left, int right) {
     if (!c.local) {
         for (const auto& [field, v] : {std::pair{"window_size_left", left}, std::pair{"window_size_right", right}})
             if (v != -1)
-                throw ArgumentError(field, fmt::format("{} given, but the kernel has no window (config.local = 0): "
-                                                       "pass -1, or build the kernel with local = 1",
-                                                       v));
+                throw ArgumentError(field, util::format("{} given, but the kernel has no window (config.local = 0): "
+                                                        "pass -1, or build the kernel with local = 1",
+                                                        v));
         return;
     }
     for (const auto& [field, v] : {std::pair{"window_size_left", left}, std::pair{"window_size_right", right}})
         if (v < -1)
-            throw ArgumentError(field, fmt::format("{} is not allowed; -1 (unbounded) or 0 or more", v));
+            throw ArgumentError(field, util::format("{} is not allowed; -1 (unbounded) or 0 or more", v));
     if (c.causal && right > 0)
-        throw ArgumentError("window_size_right", fmt::format("{} is not allowed for a causal kernel, which sees no key "
-                                                             "right of the diagonal; 0 or -1",
-                                                             right));
+        throw ArgumentError("window_size_right", util::format("{} is not allowed for a causal kernel, which sees no "
+                                                              "key right of the diagonal; 0 or -1",
+                                                              right));
 }
 
 void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsinks) {
@@ -168,18 +168,18 @@ void check_sinks(const AttentionConfig& c, const float* sinks, const float* dsin
 void check_softcap(const AttentionConfig& c, float softcap) {
     if (!c.softcap) {
         if (softcap != 0)
-            throw ArgumentError("softcap", fmt::format("{} given, but the kernel has no softcap (config.softcap = 0): "
-                                                       "pass 0, or build the kernel with softcap = 1",
-                                                       softcap));
+            throw ArgumentError("softcap", util::format("{} given, but the kernel has no softcap (config.softcap = 0): "
+                                                        "pass 0, or build the kernel with softcap = 1",
+                                                        softcap));
         return;
     }
     // The kernels take scale / softcap and softcap * log2(e) as normal floats.
     const double ratio = c.scale() / softcap;
     if (!(softcap > 0) || !std::isfinite(softcap) || !(ratio >= 1e-30 && ratio <= 1e30) ||
         double(softcap) * 1.4426950408889634 > 3e38)
-        throw ArgumentError("softcap", fmt::format("{} is not allowed for a softcap kernel: a finite cap > 0 (with "
-                                                   "softmax_scale / softcap within 1e-30..1e30)",
-                                                   softcap));
+        throw ArgumentError("softcap", util::format("{} is not allowed for a softcap kernel: a finite cap > 0 (with "
+                                                    "softmax_scale / softcap within 1e-30..1e30)",
+                                                    softcap));
 }
 
 void check_alibi(const AttentionConfig& c, const float* slopes, std::int64_t batch_stride, int batch) {
@@ -193,17 +193,17 @@ void check_alibi(const AttentionConfig& c, const float* slopes, std::int64_t bat
     }
     if (!slopes)
         throw ArgumentError("alibi_slopes",
-                            fmt::format("is null; an ALiBi kernel needs each query head's slope (device float32 [{}] "
-                                        "or [batch, {}])",
-                                        c.num_heads_q, c.num_heads_q));
+                            util::format("is null; an ALiBi kernel needs each query head's slope (device float32 [{}] "
+                                         "or [batch, {}])",
+                                         c.num_heads_q, c.num_heads_q));
     if (!aligned(slopes, 4)) throw ArgumentError("alibi_slopes", "must be 4-byte aligned (float32)");
     // The kernels index batch * stride + head in 64 bits; rows may be padded, not overlapping.
     const std::int64_t most = (std::int64_t(1) << 40) / std::max(1, batch);
     if (batch_stride != 0 && (batch_stride < c.num_heads_q || batch_stride > most))
         throw ArgumentError("alibi_slopes_batch_stride",
-                            fmt::format("{} is not allowed: 0 (one row of {} slopes for every sequence) or at least "
-                                        "heads_q = {} (a row per sequence)",
-                                        batch_stride, c.num_heads_q, c.num_heads_q));
+                            util::format("{} is not allowed: 0 (one row of {} slopes for every sequence) or at least "
+                                         "heads_q = {} (a row per sequence)",
+                                         batch_stride, c.num_heads_q, c.num_heads_q));
 }
 
 Window window_bounds(const AttentionConfig& c, int left, int right, int seqlen_q, int seqlen_k) {
@@ -256,9 +256,9 @@ void check_append(const plan::KernelPlan& p, const AttentionConfig& c, const For
         throw ArgumentError("seqlen_new", "a KV append is for cache calls (dense or paged, seqlens_k); this kernel is "
                                           "varlen");
     if (a.seqlen_new < 0 || a.seqlen_new > a.seqlen_k)
-        throw ArgumentError("seqlen_new", fmt::format("{} is out of range; allowed 0 (no append) .. seqlen_k ({}), the "
-                                                      "cache's bound after the append",
-                                                      a.seqlen_new, a.seqlen_k));
+        throw ArgumentError("seqlen_new", util::format("{} is out of range; allowed 0 (no append) .. seqlen_k ({}), "
+                                                       "the cache's bound after the append",
+                                                       a.seqlen_new, a.seqlen_k));
     if (!a.seqlens_k)
         throw ArgumentError("seqlens_k", "is null; a KV append (seqlen_new > 0) writes each sequence's new keys after "
                                          "its seqlens_k cached ones");
@@ -266,9 +266,9 @@ void check_append(const plan::KernelPlan& p, const AttentionConfig& c, const For
     const std::int64_t new_rows = std::int64_t(a.batch) * a.seqlen_new * c.num_heads_kv;
     const std::int64_t max_rows = max_warp_rows(kAppendThreads);
     if (new_rows > max_rows)
-        throw ArgumentError("seqlen_new", fmt::format("batch {} x seqlen_new {} x heads_kv {} = {} new rows; the "
-                                                      "append takes at most {}",
-                                                      a.batch, a.seqlen_new, c.num_heads_kv, new_rows, max_rows));
+        throw ArgumentError("seqlen_new", util::format("batch {} x seqlen_new {} x heads_kv {} = {} new rows; the "
+                                                       "append takes at most {}",
+                                                       a.batch, a.seqlen_new, c.num_heads_kv, new_rows, max_rows));
     // The cache is written: its rows must not overlap (an expanded, stride-0 cache would race).
     const int slots = p.paged_kv ? a.num_pages : a.batch, rows = p.paged_kv ? a.page_size : a.seqlen_k;
     check_tensor("k", a.k, p.vec_qk, true, slots, rows, c.num_heads_kv, p.head_dim_qk);
@@ -281,28 +281,28 @@ void check_cache(const plan::KernelPlan& p, const AttentionConfig& c, const Forw
     if (p.paged_kv) {
         // k and v are [num_pages, page_size, heads_kv, d]: the pool's extent is checked with the page count given.
         if (a.page_size < 1 || a.page_size > kMaxPageSize || (a.page_size & (a.page_size - 1)) != 0)
-            throw ArgumentError("page_size", fmt::format("{} is not allowed; a power of two in 1..{}", a.page_size,
-                                                         kMaxPageSize));
+            throw ArgumentError("page_size", util::format("{} is not allowed; a power of two in 1..{}", a.page_size,
+                                                          kMaxPageSize));
         // The kernels clamp table entries into the pages, so the pool's size is part of the call.
         if (a.num_pages < 1)
-            throw ArgumentError("num_pages", fmt::format("{} is out of range; give the pages k and v hold (>= 1): "
-                                                         "block-table entries are clamped into 0..num_pages-1",
-                                                         a.num_pages));
+            throw ArgumentError("num_pages", util::format("{} is out of range; give the pages k and v hold (>= 1): "
+                                                          "block-table entries are clamped into 0..num_pages-1",
+                                                          a.num_pages));
         check_tensor("k", a.k, p.vec_qk, false, a.num_pages, a.page_size, c.num_heads_kv, p.head_dim_qk);
         check_tensor("v", a.v, p.vec_v, false, a.num_pages, a.page_size, c.num_heads_kv, p.head_dim_v);
         if (!a.block_table) throw ArgumentError("block_table", "is null; a paged KV cache needs its block table");
         if (!aligned(a.block_table, 4)) throw ArgumentError("block_table", "must be 4-byte aligned (int32)");
         if (a.pages_per_seq < 1)
-            throw ArgumentError("pages_per_seq", fmt::format("{} is out of range; allowed >= 1", a.pages_per_seq));
+            throw ArgumentError("pages_per_seq", util::format("{} is out of range; allowed >= 1", a.pages_per_seq));
         if (a.block_table_stride < a.pages_per_seq || a.block_table_stride > kMaxTensorElements / kMaxBatch)
-            throw ArgumentError("block_table_stride", fmt::format("{} is out of range; allowed pages_per_seq ({})..{}",
-                                                                  a.block_table_stride, a.pages_per_seq,
-                                                                  kMaxTensorElements / kMaxBatch));
+            throw ArgumentError("block_table_stride", util::format("{} is out of range; allowed pages_per_seq ({})..{}",
+                                                                   a.block_table_stride, a.pages_per_seq,
+                                                                   kMaxTensorElements / kMaxBatch));
         if (std::int64_t(a.pages_per_seq) * a.page_size < a.seqlen_k)
-            throw ArgumentError("seqlen_k", fmt::format("{} is above the block table's capacity: pages_per_seq {} x "
-                                                        "page_size {} = {} tokens",
-                                                        a.seqlen_k, a.pages_per_seq, a.page_size,
-                                                        std::int64_t(a.pages_per_seq) * a.page_size));
+            throw ArgumentError("seqlen_k", util::format("{} is above the block table's capacity: pages_per_seq {} x "
+                                                         "page_size {} = {} tokens",
+                                                         a.seqlen_k, a.pages_per_seq, a.page_size,
+                                                         std::int64_t(a.pages_per_seq) * a.page_size));
     } else {
         check_tensor("k", a.k, p.vec_qk, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_qk);
         check_tensor("v", a.v, p.vec_v, false, a.batch, a.seqlen_k, c.num_heads_kv, p.head_dim_v);
@@ -319,11 +319,11 @@ void check_cache(const plan::KernelPlan& p, const AttentionConfig& c, const Forw
 void check_workspace(const void* workspace, std::size_t bytes, std::size_t need, const char* why) {
     if (need == 0) return;
     if (!workspace)
-        throw ArgumentError("workspace", fmt::format("is null; this call ({}) needs {} bytes (workspace_bytes())", why,
-                                                     need));
+        throw ArgumentError("workspace", util::format("is null; this call ({}) needs {} bytes (workspace_bytes())", why,
+                                                      need));
     if (!aligned(workspace, 256)) throw ArgumentError("workspace", "must be 256-byte aligned (cudaMalloc's pointers are)");
     if (bytes < need)
-        throw ArgumentError("workspace_bytes", fmt::format("{} is too small; this call ({}) needs {}", bytes, why, need));
+        throw ArgumentError("workspace_bytes", util::format("{} is too small; this call ({}) needs {}", bytes, why, need));
 }
 
 }  // namespace rtattn::kernels

@@ -1,7 +1,7 @@
 // The decode family (templates/dec/mma.cuh): a few query tokens per sequence against a dense or paged KV cache, the
 // query heads of a KV group packed into one CTA's rows, keys split across CTAs when the batch leaves SMs idle, and a
 // combine kernel over the splits. Runs on every arch the library knows.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -39,13 +39,13 @@ public:
                                             alternates(p) && geometry::rotated_rows(p.head_dim_qk, p.vec_qk));
     }
     std::string describe(const plan::KernelPlan& p) const override {
-        return fmt::format("mma.sync decode, split-KV{}{}", p.paged_kv ? ", paged KV cache" : "",
-                           alternates(p) ? ", rows by key parity" : "");
+        return util::format("mma.sync decode, split-KV{}{}", p.paged_kv ? ", paged KV cache" : "",
+                            alternates(p) ? ", rows by key parity" : "");
     }
     render::StubSpec stub(const plan::KernelPlan& p) const override {
         render::StubSpec s = forward_stub(p, "dec/mma.cuh", "DecShape", "const rtattn::DecParams params", "flash_decode");
-        s.program = fmt::format("rtattn_dec_d{}x{}_{}{}{}_{}.cu", p.head_dim_qk, p.head_dim_v, p.bf16 ? "bf16" : "fp16",
-                                p.mask.suffix(), p.paged_kv ? "_paged" : "", p.arch);
+        s.program = util::format("rtattn_dec_d{}x{}_{}{}{}_{}.cu", p.head_dim_qk, p.head_dim_v,
+                                 p.bf16 ? "bf16" : "fp16", p.mask.suffix(), p.paged_kv ? "_paged" : "", p.arch);
         s.traits.push_back({"int", "kMTiles", std::to_string(p.m_tiles)});
         s.traits.push_back(render::bool_trait("kAlternate", alternates(p)));
         // The fourth entry, after the main, merge and append ones.
@@ -79,13 +79,13 @@ public:
     void check_call(const plan::KernelPlan&, const AttentionConfig&, const CallSizes& z) const override {
         check_sizes(z.batch, z.seqlen_q, z.seqlen_k);
         if (z.seqlen_q > kDecodeMaxSeqlenQ)
-            throw ArgumentError("seqlen_q", fmt::format("{} is above the decode limit; decode configs take 1..{} "
-                                                        "query tokens per sequence (use a prefill config for more)",
-                                                        z.seqlen_q, kDecodeMaxSeqlenQ));
+            throw ArgumentError("seqlen_q", util::format("{} is above the decode limit; decode configs take 1..{} "
+                                                         "query tokens per sequence (use a prefill config for more)",
+                                                         z.seqlen_q, kDecodeMaxSeqlenQ));
         if (z.num_splits < 0 || z.num_splits > geometry::kDecMaxSplits)
-            throw ArgumentError("num_splits", fmt::format("{} is out of range; allowed 0 (the library chooses) or "
-                                                          "1..{}",
-                                                          z.num_splits, geometry::kDecMaxSplits));
+            throw ArgumentError("num_splits", util::format("{} is out of range; allowed 0 (the library chooses) or "
+                                                           "1..{}",
+                                                           z.num_splits, geometry::kDecMaxSplits));
     }
     // The queries, the cache (dense or paged), then the workspace the call's splits need.
     void validate_args(const plan::KernelPlan& p, const AttentionConfig& c, const ForwardArgs& a,
@@ -94,8 +94,8 @@ public:
         check_forward_queries(p, c, a);
         check_cache(p, c, a);
         check_workspace(a.workspace, a.workspace_bytes, workspace_bytes(p, c, z),
-                        fmt::format("batch {}, seqlen_q {}, seqlen_k {}, {} splits", a.batch, a.seqlen_q, a.seqlen_k,
-                                    num_splits(p, c, z))
+                        util::format("batch {}, seqlen_q {}, seqlen_k {}, {} splits", a.batch, a.seqlen_q, a.seqlen_k,
+                                     num_splits(p, c, z))
                             .c_str());
     }
     std::size_t workspace_bytes(const plan::KernelPlan& p, const AttentionConfig& c,

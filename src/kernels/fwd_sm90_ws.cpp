@@ -2,7 +2,7 @@
 // TMA (tensor maps encoded per launch: the K/V views here, the maps by kernels/tma) into a ring of mbarrier-guarded
 // slots; consumer warpgroups overlap the softmax of block j with the PV of block j-1 and may take turns on the tensor
 // cores (ping-pong).
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -269,10 +269,10 @@ public:
         FwdParamsTma prm{};
         encode_kv_maps(p, a, c.num_heads_kv, prm);
         if (prm.use_tma == 0)
-            throw ArgumentError("seqlen_q", fmt::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
-                                                        "pointers or strides not 16-byte aligned, pages of fewer "
-                                                        "than 8 tokens, or RTATTN_TMA=0); allowed up to {}",
-                                                        query_tiles(p, c, a), p.block_m, kMaxGrid));
+            throw ArgumentError("seqlen_q", util::format("{} query tiles of {} rows (x heads x batch) without TMA (K/V "
+                                                         "pointers or strides not 16-byte aligned, pages of fewer "
+                                                         "than 8 tokens, or RTATTN_TMA=0); allowed up to {}",
+                                                         query_tiles(p, c, a), p.block_m, kMaxGrid));
     }
     void launch(const ForwardLaunch& l) const override {
         FwdParamsTma prm{};

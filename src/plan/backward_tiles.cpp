@@ -1,5 +1,5 @@
 // The backward tile table and plan_backward(): tiles per padded head dim and arch, a reason on every row.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -161,15 +161,15 @@ void apply_tile_override(BackwardPlan& p, const std::string& text, bool arch_bul
                               &v[6], &v[7], &tail);
     if (n != 7 && n != 8)
         throw ConfigError("RTATTN_BWD_TILE",
-                          fmt::format("'{}' is not block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages"
-                                      "[,bulk_dq]",
-                                      text));
+                          util::format("'{}' is not block_m,block_n,warps,sdp_warps_m,dkv_warps_n,dq_warps_m,stages"
+                                       "[,bulk_dq]",
+                                       text));
     p.block_m = v[0], p.block_n = v[1], p.warps = v[2], p.sdp_warps_m = v[3], p.dkv_warps_n = v[4];
     p.dq_warps_m = v[5], p.stages = v[6], p.bulk_dq = v[7] != 0;
-    if (p.bulk_dq && !arch_bulk) throw ConfigError("RTATTN_BWD_TILE", fmt::format("'{}': {} has no bulk reduction", text, p.arch));
+    if (p.bulk_dq && !arch_bulk) throw ConfigError("RTATTN_BWD_TILE", util::format("'{}': {} has no bulk reduction", text, p.arch));
     if (const std::string why = tile_problem(p); !why.empty())
-        throw ConfigError("RTATTN_BWD_TILE", fmt::format("'{}': {}", text, why));
-    p.reason = fmt::format("RTATTN_BWD_TILE={} (a tuning override, not the table)", text);
+        throw ConfigError("RTATTN_BWD_TILE", util::format("'{}': {}", text, why));
+    p.reason = util::format("RTATTN_BWD_TILE={} (a tuning override, not the table)", text);
 }
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -214,13 +214,13 @@ BackwardPlan plan_backward(const AttentionConfig& c, const std::string& tile_ove
         p = cand;
         break;
     }
-    if (!p.family) throw ConfigError("head_dim_qk", fmt::format("no backward tile serves d{}/{} on {}", p.head_dim_qk,
-                                                                p.head_dim_v, c.arch));
+    if (!p.family) throw ConfigError("head_dim_qk", util::format("no backward tile serves d{}/{} on {}", p.head_dim_qk,
+                                                                 p.head_dim_v, c.arch));
     if (!tile_override.empty()) apply_tile_override(p, tile_override, ai.bulk);
     p.smem_bytes = p.family->smem_bytes(p);
     if (p.smem_bytes > ai.smem_optin)
-        throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; the d{}/{} backward needs {} B",
-                                              ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
+        throw ConfigError("arch", util::format("{} has {} B of shared memory per block; the d{}/{} backward needs {} B",
+                                               ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
     return p;
 }
 
@@ -234,9 +234,9 @@ BackwardWorkspace BackwardPlan::workspace(int batch, int heads_q, int seqlen_q) 
     // Sizes up to the call limits (batch and heads 65535, 2^30 rows) would wrap 64 bits: refuse what no device holds.
     const auto accum = static_cast<unsigned __int128>(rows) * geometry::bwd_dq_stride(pad_qk) * 4;
     if (accum > (unsigned __int128)(1) << 60)
-        throw ArgumentError("seqlen_q", fmt::format("batch {} x heads_q {} x seqlen_q {} needs a workspace past 2^60 "
-                                                    "bytes",
-                                                    batch, heads_q, seqlen_q));
+        throw ArgumentError("seqlen_q", util::format("batch {} x heads_q {} x seqlen_q {} needs a workspace past 2^60 "
+                                                     "bytes",
+                                                     batch, heads_q, seqlen_q));
     w.dq_accum = 0;
     w.lse2 = align256(w.dq_accum + rows * std::size_t(geometry::bwd_dq_stride(pad_qk)) * 4);
     w.delta = align256(w.lse2 + rows * 4);

@@ -1,7 +1,7 @@
 // The decode tile table: rows per CTA, keys per tile, warps and ring depth per padded head dim, a reason on every
 // row. Decode reads every K/V byte once and does little math on it, so a row is about bytes in flight per SM and
 // CTAs per SM, not MMA shape.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include "common/geometry.h"
 #include "core/errors.hpp"
@@ -58,8 +58,8 @@ void choose_decode_tile(KernelPlan& p, const arch::Arch& a) {
         p.reason = row.why;
         return;
     }
-    throw ConfigError("arch", fmt::format("no decode tile fits d{}/{} in the {} B of shared memory of {}", p.head_dim_qk,
-                                          p.head_dim_v, a.smem_optin, a.name));
+    throw ConfigError("arch", util::format("no decode tile fits d{}/{} in the {} B of shared memory of {}",
+                                           p.head_dim_qk, p.head_dim_v, a.smem_optin, a.name));
 }
 
 }  // namespace rtattn::plan

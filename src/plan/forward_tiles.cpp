@@ -1,6 +1,6 @@
 // The forward tile table: which kernel family and tiles serve a head dim on an arch, with the measurement behind
 // each row; and the tile override that replaces a row for timing variants.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -202,8 +202,8 @@ const TileRow& find_row(const KernelPlan& p, const arch::Arch& a, bool mma_only)
         if (r.family().runs_on(a) && (!mma_only || &r.family() == &fwd_mma()) && widest <= r.max_pad &&
             (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8)))
             return r;
-    throw ConfigError("head_dim_qk", fmt::format("padded width {} has no tile row; allowed head dims 1..{}", widest,
-                                                 AttentionConfig::kMaxHeadDim));
+    throw ConfigError("head_dim_qk", util::format("padded width {} has no tile row; allowed head dims 1..{}", widest,
+                                                  AttentionConfig::kMaxHeadDim));
 }
 
 // The row's family and tile into the plan, V padded to its pv_step.
@@ -229,9 +229,9 @@ void apply_row(KernelPlan& p, const TileRow& row) {
 void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, const std::string& rows,
                          const std::string& rows_field) {
     if (!rows.empty() && rows != "split" && rows != "shift" && rows != "rotate" && rows != "plain")
-        throw ConfigError(rows_field, fmt::format("{} is not split, shift, rotate or plain (or empty: the table's "
-                                                  "choice)",
-                                                  util::quoted(rows)));
+        throw ConfigError(rows_field, util::format("{} is not split, shift, rotate or plain (or empty: the table's "
+                                                   "choice)",
+                                                   util::quoted(rows)));
     const TileRow& row = find_row(p, a, mma_only);
     apply_row(p, row);
     p.shift_rows = p.rotate_rows = false;
@@ -296,32 +296,32 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
         errno = 0;
         const long x = std::strtol(part.c_str(), &stop, 10);
         if (part.empty() || *stop != '\0' || errno == ERANGE || x < -999 || x > 999)
-            throw ConfigError(field, fmt::format("{} ({}) is not a number in -999..999 in {}", kFields[n],
-                                                 util::quoted(part), util::quoted(text)));
+            throw ConfigError(field, util::format("{} ({}) is not a number in -999..999 in {}", kFields[n],
+                                                  util::quoted(part), util::quoted(text)));
         v[n] = int(x);
         at = end + 1;
     }
     if (n < 6 || at <= text.size())
-        throw ConfigError(field, fmt::format("{} is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
-                                             "[,schedule[,swizzle[,pv_step[,wide_v]]]]",
-                                             util::quoted(text)));
+        throw ConfigError(field, util::format("{} is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
+                                              "[,schedule[,swizzle[,pv_step[,wide_v]]]]",
+                                              util::quoted(text)));
     const auto [bm, bn, w, mt, st, qr, sched, sw, pv, wide] = v;
     if (w < 1 || w > 16 || mt < 1 || mt > 4 || bm != w * mt * 16)
-        throw ConfigError(field, fmt::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
-                                             bm, w, mt));
+        throw ConfigError(field, util::format("block_m ({}) must equal warps ({}, 1..16) x m_tiles ({}, 1..4) x 16",
+                                              bm, w, mt));
     if (bn < 16 || bn > 256 || bn % 16 != 0)
-        throw ConfigError(field, fmt::format("block_n ({}) must be a multiple of 16 in 16..256", bn));
-    if (st < 1 || st > 3) throw ConfigError(field, fmt::format("stages ({}) must be 1..3", st));
+        throw ConfigError(field, util::format("block_n ({}) must be a multiple of 16 in 16..256", bn));
+    if (st < 1 || st > 3) throw ConfigError(field, util::format("stages ({}) must be 1..3", st));
     if (hopper && (mt != 1 || w % 4 != 0 || qr != 0))
         throw ConfigError(field, "the wgmma kernel needs m_tiles 1, whole warpgroups (warps 4, 8, 12, 16) and Q in "
                                  "shared memory (q_in_regs 0)");
     if (sched < 0 || sched > (hopper ? 2 : 1) || (sched > 0 && hopper && (w > 12 || st < 2)))
-        throw ConfigError(field, fmt::format("schedule ({}) must be 0..2 for wgmma plans (1 and 2 need at most 12 MMA "
-                                             "warps and 2+ stages) and 0..1 for mma.sync plans (1: K and V load apart)",
-                                             sched));
-    if (pv != 8 && pv != 16) throw ConfigError(field, fmt::format("pv_step ({}) must be 8 or 16", pv));
+        throw ConfigError(field, util::format("schedule ({}) must be 0..2 for wgmma plans (1 and 2 need at most 12 "
+                                              "MMA warps and 2+ stages) and 0..1 for mma.sync plans (1: K and V load "
+                                              "apart)", sched));
+    if (pv != 8 && pv != 16) throw ConfigError(field, util::format("pv_step ({}) must be 8 or 16", pv));
     for (const auto& [name, flag] : {std::pair{"q_in_regs", qr}, {"swizzle", sw}, {"wide_v", wide}})
-        if (flag != 0 && flag != 1) throw ConfigError(field, fmt::format("{} ({}) must be 0 or 1", name, flag));
+        if (flag != 0 && flag != 1) throw ConfigError(field, util::format("{} ({}) must be 0 or 1", name, flag));
     p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st, p.q_in_regs = qr != 0;
     p.pv_step = pv;
     // Shifted rows keep the room their shift needs (16 more columns at d = 11, 13, 14, 15 mod 16): a narrower V would
@@ -333,7 +333,7 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     p.ping_pong = hopper && sched == 2;
     p.kv_apart = !hopper && sched == 1;
     p.swizzle = hopper && sw != 0;
-    p.reason = fmt::format("{} override ({})", field, util::escaped(text));
+    p.reason = util::format("{} override ({})", field, util::escaped(text));
 }
 
 }  // namespace rtattn::plan

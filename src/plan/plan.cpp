@@ -1,6 +1,6 @@
 #include "plan/plan.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -65,7 +65,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
         p.paged_kv = c.paged_kv;
         p.kv_rows_16b = kv_rows_16b(c);
         choose_decode_tile(p, ai);
-        if (!options.tile_override.empty()) p.reason += fmt::format(" ({} is for the prefill table: not applied)",
+        if (!options.tile_override.empty()) p.reason += util::format(" ({} is for the prefill table: not applied)",
                                                                      options.tile_field);
         return p;
     }
@@ -111,12 +111,12 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
         else if (p.block_n > 16)
             p.block_n /= 2;
         else
-            throw ConfigError("arch", fmt::format("{} has {} B of shared memory per block; d{}/{} needs {} B",
-                                                  ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
+            throw ConfigError("arch", util::format("{} has {} B of shared memory per block; d{}/{} needs {} B",
+                                                   ai.name, ai.smem_optin, p.head_dim_qk, p.head_dim_v, p.smem_bytes));
         p.family->settle(p);
         p.smem_bytes = p.family->smem_bytes(p);
-        p.reason += fmt::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
-                                ai.smem_optin / 1024);
+        p.reason += util::format("; stepped down to {} stage(s), block_n {} to fit {} KB", p.stages, p.block_n,
+                                 ai.smem_optin / 1024);
     }
     return p;
 }

@@ -1,6 +1,6 @@
 #include "render/render.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -18,7 +18,7 @@ std::shared_ptr<const std::vector<TemplateFile>> active_templates() {
     for (const auto& t : embedded_templates()) {
         const std::string path = std::string(dir) + "/" + t.name;
         std::ifstream in(path, std::ios::binary);
-        if (!in) throw ConfigError("RTATTN_TEMPLATE_DIR", fmt::format("cannot read {}", path));
+        if (!in) throw ConfigError("RTATTN_TEMPLATE_DIR", util::format("cannot read {}", path));
         std::stringstream ss;
         ss << in.rdbuf();
         files->push_back({t.name, ss.str()});
@@ -28,7 +28,7 @@ std::shared_ptr<const std::vector<TemplateFile>> active_templates() {
 
 std::string RenderedSource::full_text() const {
     std::string s = stub;
-    for (const auto& h : *headers) s += fmt::format("\n// ===== {} =====\n{}", h.name, h.text);
+    for (const auto& h : *headers) s += util::format("\n// ===== {} =====\n{}", h.name, h.text);
     return s;
 }
 
@@ -37,14 +37,14 @@ RenderedSource render(const StubSpec& spec) {
     r.name = spec.program;
     r.headers = active_templates();
     std::string traits;
-    for (const auto& t : spec.traits) traits += fmt::format("    static constexpr {} {} = {};\n", t.type, t.name, t.value);
+    for (const auto& t : spec.traits) traits += util::format("    static constexpr {} {} = {};\n", t.type, t.name, t.value);
     std::string entries;
     for (const auto& e : spec.entries) {
-        entries += fmt::format("\nextern \"C\" __global__ void __launch_bounds__({}, 1) {}({}) {{\n    {};\n}}\n",
-                               e.threads, e.name, e.params, e.call);
+        entries += util::format("\nextern \"C\" __global__ void __launch_bounds__({}, 1) {}({}) {{\n    {};\n}}\n",
+                                e.threads, e.name, e.params, e.call);
         r.entries.push_back(e.name);
     }
-    r.stub = fmt::format(R"({comment}#include "{header}"
+    r.stub = util::format(R"({comment}#include "{header}"
 {generated}
 struct Traits {{
 {traits}}};

@@ -1,6 +1,6 @@
 // The wgmma instruction wrappers, written per plan. Each width N is its own instruction text with N/2 accumulator
 // operands per thread, so the renderer spells out exactly the widths a plan issues.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <set>
 
@@ -13,18 +13,18 @@ namespace {
 // "%0,%1,...,%{n-1}" and the matching "+f"(d[i]) outputs.
 std::string operand_list(int n) {
     std::string s;
-    for (int i = 0; i < n; ++i) s += fmt::format("{}%{}", i ? "," : "", i);
+    for (int i = 0; i < n; ++i) s += util::format("{}%{}", i ? "," : "", i);
     return s;
 }
 std::string accumulator_outputs(int n) {
     std::string s;
-    for (int i = 0; i < n; ++i) s += fmt::format("{}\"+f\"(d[{}])", i ? ", " : "", i);
+    for (int i = 0; i < n; ++i) s += util::format("{}\"+f\"(d[{}])", i ? ", " : "", i);
     return s;
 }
 
 std::string ss_wrapper(int n, const char* t) {
     const int acc = n / 2;
-    return fmt::format(R"(    template <bool kTransA = false, bool kTransB = false>
+    return util::format(R"(    template <bool kTransA = false, bool kTransB = false>
     static __device__ __forceinline__ void ss(float* d, u64 a, u64 b, int accumulate) {{
         asm volatile(
             "{{ .reg .pred p; setp.ne.b32 p, %{pred}, 0;\n"
@@ -40,7 +40,7 @@ std::string ss_wrapper(int n, const char* t) {
 
 std::string rs_wrapper(int n, const char* t) {
     const int acc = n / 2;
-    return fmt::format(R"(    template <bool kTransB>
+    return util::format(R"(    template <bool kTransB>
     static __device__ __forceinline__ void rs(float* d, const u32 (&a)[4], u64 b, int accumulate) {{
         asm volatile(
             "{{ .reg .pred p; setp.ne.b32 p, %{pred}, 0;\n"
@@ -65,7 +65,7 @@ std::string wgmma_wrappers(const std::vector<int>& ss_widths, const std::vector<
     const char* t = bf16 ? "bf16" : "f16";
     std::string out = "namespace rtattn {\nnamespace wgmma {\n";
     for (const int n : widths) {
-        out += fmt::format("\ntemplate <> struct Mma<{}, {}> {{\n", n, bf16 ? "true" : "false");
+        out += util::format("\ntemplate <> struct Mma<{}, {}> {{\n", n, bf16 ? "true" : "false");
         if (ss.count(n)) out += ss_wrapper(n, t);
         if (rs.count(n)) out += rs_wrapper(n, t);
         out += "};\n";

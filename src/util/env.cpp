@@ -1,6 +1,6 @@
 #include "util/env.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -23,8 +23,8 @@ std::optional<bool> env_flag(const char* name) {
     if (!v) return std::nullopt;
     if (*v == "1" || *v == "true") return true;
     if (*v == "0" || *v == "false") return false;
-    throw ConfigError(name, fmt::format("{} is not understood; allowed: 1, 0, true, false (or unset)",
-                                        quoted(std::string(*v))));
+    throw ConfigError(name, util::format("{} is not understood; allowed: 1, 0, true, false (or unset)",
+                                         quoted(std::string(*v))));
 }
 
 LogLevel parse_log_level(std::string_view value, const char* field) {
@@ -32,8 +32,8 @@ LogLevel parse_log_level(std::string_view value, const char* field) {
     if (value == "warn") return LogLevel::warn;
     if (value == "info") return LogLevel::info;
     if (value == "debug") return LogLevel::debug;
-    throw ConfigError(field, fmt::format("{} is not a log level; allowed: quiet, warn, info, debug",
-                                         quoted(std::string(value))));
+    throw ConfigError(field, util::format("{} is not a log level; allowed: quiet, warn, info, debug",
+                                          quoted(std::string(value))));
 }
 
 std::optional<LogLevel> env_log_level() {

@@ -1,6 +1,6 @@
 #include "util/json_input.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <unordered_set>
 #include <vector>
@@ -31,9 +31,9 @@ std::string depth_problem(std::string_view text) {
             in_string = true;
         } else if (c == '[' || c == '{') {
             if (++depth > kMaxJsonDepth)
-                return fmt::format("nested deeper than {} levels (at byte {}); allowed: at most {} levels of "
-                                   "arrays and objects",
-                                   kMaxJsonDepth, i, kMaxJsonDepth);
+                return util::format("nested deeper than {} levels (at byte {}); allowed: at most {} levels of "
+                                    "arrays and objects",
+                                    kMaxJsonDepth, i, kMaxJsonDepth);
         } else if ((c == ']' || c == '}') && depth > 0) {
             --depth;
         }

@@ -4,7 +4,7 @@
 // Latency: cold NVRTC compile, disk hit in a fresh Runtime, in-memory hit.
 #include "bench.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,9 +55,9 @@ std::vector<int> head_dim_range(const std::string& spec) {
     char end = 0;
     if (std::sscanf(spec.c_str(), "%d:%d:%d%c", &lo, &hi, &step, &end) != 3 || lo < 1 || hi > 256 || lo > hi ||
         step < 1)
-        throw ConfigError("--head-dim-range", fmt::format("{} is not lo:hi:step with 1 <= lo <= hi <= 256 and step >= "
-                                                          "1",
-                                                          util::quoted(spec)));
+        throw ConfigError("--head-dim-range", util::format("{} is not lo:hi:step with 1 <= lo <= hi <= 256 and step >= "
+                                                           "1",
+                                                           util::quoted(spec)));
     std::vector<int> dims;
     for (int d = lo; d <= hi; d += step) dims.push_back(d);
     return dims;
@@ -74,11 +74,11 @@ void write_results(const BenchOptions& o, const char* kind, nlohmann::ordered_js
     j["kind"] = kind;
     j["results"] = std::move(rows);
     const std::string text = dump(std::move(j));
-    if (o.json) fmt::print("{}\n", text);
+    if (o.json) util::print("{}\n", text);
     if (!o.json_out.empty()) {
         std::ofstream out(o.json_out);
         out << text << "\n";
-        if (!out) throw Error(fmt::format("cannot write {}", o.json_out));
+        if (!out) throw Error(util::format("cannot write {}", o.json_out));
     }
 }
 
@@ -88,7 +88,7 @@ std::optional<std::pair<int, int>> parse_window(const std::string& w) {
     int l = 0, r = 0;
     char tail = 0;
     if (std::sscanf(w.c_str(), "%d:%d%c", &l, &r, &tail) != 2 || l < -1 || r < -1)
-        throw Error(fmt::format("--window: {} is not off or LEFT:RIGHT with each -1 (unbounded) or more", w));
+        throw Error(util::format("--window: {} is not off or LEFT:RIGHT with each -1 (unbounded) or more", w));
     return std::pair{l, r};
 }
 
@@ -99,16 +99,16 @@ std::vector<Variant> variants(const BenchOptions& o) {
         char* end = nullptr;
         const float cap = c == "off" ? 0.f : std::strtof(c.c_str(), &end);
         if (c != "off" && (end == c.c_str() || *end || !(cap > 0) || !std::isfinite(cap)))
-            throw Error(fmt::format("--softcap: {} is not off or a finite cap > 0", c));
+            throw Error(util::format("--softcap: {} is not off or a finite cap > 0", c));
         caps.push_back(cap);
     }
     for (const auto& w : o.windows) {
         parse_window(w);  // refused here, before any shape or kernel is prepared
         for (const auto& s : o.sinks) {
-            if (s != "off" && s != "on") throw Error(fmt::format("--sinks: {} is not off or on", s));
+            if (s != "off" && s != "on") throw Error(util::format("--sinks: {} is not off or on", s));
             for (float cap : caps)
                 for (const auto& a : o.alibi) {
-                    if (a != "off" && a != "on") throw Error(fmt::format("--alibi: {} is not off or on", a));
+                    if (a != "off" && a != "on") throw Error(util::format("--alibi: {} is not off or on", a));
                     out.push_back({w, s == "on", cap, a == "on"});
                 }
         }
@@ -331,7 +331,7 @@ nlohmann::ordered_json result(const Case& c) {
     j["tflops"] = c.flops / (t * 1e-3) / 1e12;
     j["registers"] = figure_json(info.registers);
     j["useful_flop_fraction"] = info.plan.useful_flop_fraction;
-    j["tile"] = fmt::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
+    j["tile"] = util::format("{}x{} w{} s{}", info.plan.block_m, info.plan.block_n, info.plan.warps, info.plan.stages);
     j["kernel"] = info.plan.kernel;
     if (!c.window.empty()) j["window"] = c.window;
     if (c.sinks) j["sinks"] = true;
@@ -342,14 +342,14 @@ nlohmann::ordered_json result(const Case& c) {
 
 // The table goes to stdout, or to stderr when stdout carries the JSON.
 void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
-    fmt::print(out, "{:>4} {:>6}{} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
-               j["S"].get<int>(), j["varlen"].get<bool>() ? "v" : " ", j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
-               j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
-               figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
-               j["kernel"].get<std::string>() +
+    util::print(out, "{:>4} {:>6}{} {:>3} {:>3} {:>6} {:>5} {:>9.3f} {:>8.1f} {:>5} {:>14}  {}\n", j["d"].get<int>(),
+                j["S"].get<int>(), j["varlen"].get<bool>() ? "v" : " ", j["B"].get<int>(), j["H"].get<int>(), j["causal"].get<bool>() ? 1 : 0,
+                j["dtype"].get<std::string>(), j["ms"].get<double>(), j["tflops"].get<double>(),
+                figure(j["registers"].is_null() ? -1 : j["registers"].get<int>(), "-"), j["tile"].get<std::string>(),
+                j["kernel"].get<std::string>() +
                    (j.contains("window") ? ", window " + j["window"].get<std::string>() : std::string()) +
                    (j.contains("sinks") ? ", sinks" : "") +
-                   (j.contains("softcap") ? fmt::format(", softcap {}", j["softcap"].get<double>()) : "") +
+                   (j.contains("softcap") ? util::format(", softcap {}", j["softcap"].get<double>()) : "") +
                    (j.contains("alibi") ? ", alibi" : ""));
     std::fflush(out);
 }
@@ -358,7 +358,7 @@ void print_row(std::FILE* out, const nlohmann::ordered_json& j) {
 std::vector<int> varlen_lengths(const BenchOptions& o) {
     int lo = 0, hi = 0;
     if (std::sscanf(o.varlen_lens.c_str(), "%d:%d", &lo, &hi) != 2 || lo < 1 || hi < lo)
-        throw Error(fmt::format("--varlen-lens: {} is not min:max with 1 <= min <= max", o.varlen_lens));
+        throw Error(util::format("--varlen-lens: {} is not min:max with 1 <= min <= max", o.varlen_lens));
     std::mt19937 rng(2026);
     std::uniform_int_distribution<int> len(lo, hi);
     std::vector<int> v(o.varlen_seqs);
@@ -391,27 +391,27 @@ void run_against_padded(std::unique_ptr<Case> ours, Runtime& rt, const BenchOpti
     const double ideal = pad_tf * c.d / pad16(c.d);
     finish(*group[1], std::nullopt);
     finish(*group[0], ours_tf / ideal);
-    fmt::print(table, "# d{} causal={}: {:.1f} TFLOPS = {:.3f}x the ideal {:.1f} (d{} at {:.1f} x {}/{})\n", c.d,
-               c.causal, ours_tf, ours_tf / ideal, ideal, pad16(c.d), pad_tf, c.d, pad16(c.d));
+    util::print(table, "# d{} causal={}: {:.1f} TFLOPS = {:.3f}x the ideal {:.1f} (d{} at {:.1f} x {}/{})\n", c.d,
+                c.causal, ours_tf, ours_tf / ideal, ideal, pad16(c.d), pad_tf, c.d, pad16(c.d));
 }
 
 int run_throughput(const BenchOptions& o) {
     std::FILE* table = o.json ? stderr : stdout;
     Runtime rt(o.runtime);
     const auto dev = driver::current_device();
-    fmt::print(table, "# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}; {}{}{}{}\n", dev.name, dev.arch(), dev.sms,
-               dev.driver_version, version(), o.backward ? "backward alone (FLOPs 2.5x forward)" : "forward",
-               o.backward && o.deterministic ? ", deterministic" : "", o.arch.empty() ? "" : ", kernels for " + o.arch,
-               o.interleave ? ", shapes interleaved launch by launch" : "");
+    util::print(table, "# rtattn bench: {} ({}), {} SMs, driver {}, rtattn {}; {}{}{}{}\n", dev.name, dev.arch(),
+                dev.sms, dev.driver_version, version(), o.backward ? "backward alone (FLOPs 2.5x forward)" : "forward",
+                o.backward && o.deterministic ? ", deterministic" : "", o.arch.empty() ? "" : ", kernels for " + o.arch,
+                o.interleave ? ", shapes interleaved launch by launch" : "");
     if (o.vs_padded)
-        fmt::print(table, "# each head dim off the 16 grid interleaved with the same shape at the next multiple of 16; "
-                          "ideal = that kernel's TFLOPS x d / pad16(d)\n");
+        util::print(table, "# each head dim off the 16 grid interleaved with the same shape at the next multiple of "
+                           "16; ideal = that kernel's TFLOPS x d / pad16(d)\n");
     if (o.varlen)
-        fmt::print(table, "# varlen: {} sequences, lengths uniform in {} (S: their mean, marked v), against a dense "
+        util::print(table, "# varlen: {} sequences, lengths uniform in {} (S: their mean, marked v), against a dense "
                           "batch of the same tokens\n",
                    o.varlen_seqs, o.varlen_lens);
-    fmt::print(table, "{:>4} {:>7} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H", "causal",
-               "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
+    util::print(table, "{:>4} {:>7} {:>3} {:>3} {:>6} {:>5} {:>9} {:>8} {:>5} {:>14}  {}\n", "d", "S", "B", "H",
+                "causal", "dtype", "ms", "TFLOPS", "regs", "tile", "kernel");
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     int failures = 0;
     Timer timer;
@@ -456,7 +456,7 @@ int run_throughput(const BenchOptions& o) {
                         finish(*c);
                     } catch (const Error& e) {
                         ++failures;
-                        fmt::print(table, "{:>4} {:>6} causal={} {}: error: {}\n", d, S, causal, dt, e.what());
+                        util::print(table, "{:>4} {:>6} causal={} {}: error: {}\n", d, S, causal, dt, e.what());
                     }
                 }
     for (int i = 0; i < o.warmup; ++i)
@@ -465,8 +465,8 @@ int run_throughput(const BenchOptions& o) {
         for (auto& c : cases) timer.launch(*c, true);
     for (auto& c : cases) finish(*c);
     for (std::size_t i = 0; o.varlen && i + 1 < cases.size(); i += 2)
-        fmt::print(table, "# d{} causal={}: varlen {:.3f}x the dense TFLOPS\n", cases[i]->d, cases[i]->causal,
-                   rows[i + 1]["tflops"].get<double>() / rows[i]["tflops"].get<double>());
+        util::print(table, "# d{} causal={}: varlen {:.3f}x the dense TFLOPS\n", cases[i]->d, cases[i]->causal,
+                    rows[i + 1]["tflops"].get<double>() / rows[i]["tflops"].get<double>());
     write_results(o, o.vs_padded ? "throughput, against the padded head dim" : o.interleave ? "throughput, interleaved" : "throughput",
                   std::move(rows));
     return failures ? 1 : 0;
@@ -475,7 +475,7 @@ int run_throughput(const BenchOptions& o) {
 int run_latency(const BenchOptions& o) {
     // A private cache dir so "cold" really is cold.
     RuntimeOptions ro = o.runtime;
-    if (ro.cache_dir.empty()) ro.cache_dir = fmt::format("/tmp/rtattn-bench-{}", getpid());
+    if (ro.cache_dir.empty()) ro.cache_dir = util::format("/tmp/rtattn-bench-{}", getpid());
     const std::string& dir = ro.cache_dir;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     const bool gpu = driver::gpu_available();
@@ -490,7 +490,7 @@ int run_latency(const BenchOptions& o) {
             gpu ? (void)rt.get(c) : (void)rt.precompile(c);
             cold = seconds_since(t0);
             if (rt.stats().compiles != 1)
-                throw Error(fmt::format("latency: expected a cold compile in {}, found the kernel cached", dir));
+                throw Error(util::format("latency: expected a cold compile in {}, found the kernel cached", dir));
         }
         {
             Runtime rt(ro);  // a fresh Runtime has an empty memory tier: this is a disk hit
@@ -502,8 +502,8 @@ int run_latency(const BenchOptions& o) {
             for (int i = 0; i < n; ++i) gpu ? (void)rt.get(c) : (void)rt.precompile(c);
             mem = seconds_since(t1) / n;
         }
-        fmt::print(o.json ? stderr : stdout, "d={:<4} {} cold compile {:.3f} s, disk hit {:.2f} ms, memory hit {:.1f} us ({})\n", d, c.arch,
-                   cold, disk * 1e3, mem * 1e6, gpu ? "get() to a launchable kernel" : "precompile, no GPU");
+        util::print(o.json ? stderr : stdout, "d={:<4} {} cold compile {:.3f} s, disk hit {:.2f} ms, memory hit {:.1f} us ({})\n", d, c.arch,
+                    cold, disk * 1e3, mem * 1e6, gpu ? "get() to a launchable kernel" : "precompile, no GPU");
         rows.push_back({{"d", d}, {"arch", c.arch}, {"cold_s", cold}, {"disk_hit_s", disk}, {"memory_hit_s", mem}});
     }
     write_results(o, "latency", std::move(rows));

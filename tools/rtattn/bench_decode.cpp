@@ -2,7 +2,7 @@
 // card's copy bandwidth measured in the same run (a 2 GiB device-to-device copy, read + write bytes, as the peers'
 // script counts it). Device events around each launch, warm-up, median; two cache copies rotated so a launch never
 // starts with the previous one's K/V in L2; --interleave launches the shapes round-robin.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -30,7 +30,7 @@ DecodeShape parse_shape(const std::string& s) {
     DecodeShape d;
     char tail = 0;
     if (std::sscanf(s.c_str(), "%d:%d%c", &d.batch, &d.keys, &tail) != 2 || d.batch < 1 || d.keys < 1)
-        throw ConfigError("--decode-shapes", fmt::format("'{}' is not batch:cached_keys (two positive integers)", s));
+        throw ConfigError("--decode-shapes", util::format("'{}' is not batch:cached_keys (two positive integers)", s));
     return d;
 }
 
@@ -188,22 +188,23 @@ int run_decode_bench(const BenchOptions& o) {
     const auto dev = driver::current_device();
     DecodeTimer timer;
     const double copy = copy_gbs(timer);
-    fmt::print(table, "# rtattn bench --decode: {} ({}), {} SMs, driver {}, rtattn {}; copy {:.0f} GB/s (read + write)"
+    util::print(table, "# rtattn bench --decode: {} ({}), {} SMs, driver {}, rtattn {}; copy {:.0f} GB/s (read + write)"
                       "{}{}\n",
                dev.name, dev.arch(), dev.sms, dev.driver_version, version(), copy,
                o.arch.empty() ? "" : ", kernels for " + o.arch, o.interleave ? ", shapes interleaved" : "");
-    fmt::print(table, "{:>4} {:>4} {:>7} {:>6} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9} {:>8} {:>6}  {}\n", "d", "B", "keys",
-               "heads", "q", "page", "causal", "dtype", "splits", "us", "GB/s", "%copy", "kernel");
+    util::print(table, "{:>4} {:>4} {:>7} {:>6} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9} {:>8} {:>6}  {}\n", "d", "B",
+                "keys", "heads", "q", "page", "causal", "dtype", "splits", "us", "GB/s", "%copy", "kernel");
     std::vector<std::unique_ptr<DecodeCase>> cases;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     int failures = 0;
     auto finish = [&](DecodeCase& c) {
         const double ms = median(c.ms), gbs = c.bytes() / (ms * 1e-3) / 1e9;
-        fmt::print(table, "{:>4} {:>4} {:>7} {:>3}:{:<2} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9.1f} {:>8.0f} {:>5.1f}%  {}\n",
-                   c.d, c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
-                   ms * 1e3, gbs, 100 * gbs / copy,
-                   c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window) +
-                       (c.sinks ? ", sinks" : "") + (c.softcap > 0 ? fmt::format(", softcap {}", c.softcap) : "") +
+        util::print(table,
+                    "{:>4} {:>4} {:>7} {:>3}:{:<2} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9.1f} {:>8.0f} {:>5.1f}%  {}\n", c.d,
+                    c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
+                    ms * 1e3, gbs, 100 * gbs / copy,
+                    c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window) +
+                       (c.sinks ? ", sinks" : "") + (c.softcap > 0 ? util::format(", softcap {}", c.softcap) : "") +
                        (c.alibi ? ", alibi" : ""));
         std::fflush(table);
         nlohmann::ordered_json j;
@@ -239,7 +240,8 @@ int run_decode_bench(const BenchOptions& o) {
                                     finish(*c);
                                 } catch (const Error& e) {
                                     ++failures;
-                                    fmt::print(table, "{:>4} {} q={} page={}: error: {}\n", d, text, q, page, e.what());
+                                    util::print(table, "{:>4} {} q={} page={}: error: {}\n", d, text, q, page,
+                                                e.what());
                                 }
                             }
     for (int i = 0; i < o.warmup; ++i)

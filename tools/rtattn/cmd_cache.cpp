@@ -1,6 +1,6 @@
 // The cache maintenance commands: ls, verify, prune, clear. They open the cache without creating it, and trust it by
 // the library's rule (see the README's "Security and trust").
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -116,22 +116,22 @@ int ls(const GlobalOptions& g, const LsArgs& a) {
                                        : json(nullptr);
             j["entries"].push_back(std::move(e));
         }
-        fmt::print("{}\n", dump(std::move(j)));
+        util::print("{}\n", dump(std::move(j)));
         return kOk;
     }
     if (!views.empty())
-        fmt::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", "KEY", "ARCH", "CONFIG", "SIZE",
-                   "LAST USE", "REGS", "SPILLS");
+        util::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", "KEY", "ARCH", "CONFIG", "SIZE",
+                    "LAST USE", "REGS", "SPILLS");
     for (const auto& v : views) {
         const cache::Listing& l = *v.listing;
         const std::string config = l.ok ? v.describe : "BAD: " + safe(l.problem);
-        fmt::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", l.key.substr(0, 12), safe(l.arch), config,
-                   human_bytes(l.size), human_age(l.last_use), figure(int(info_int(v.info, "registers")), "-"),
-                   figure(int(info_int(v.info, "spill_bytes")), "-"));
+        util::print("{:<12}  {:<7}  {:<32}  {:>10}  {:<9}  {:>4}  {:>6}\n", l.key.substr(0, 12), safe(l.arch), config,
+                    human_bytes(l.size), human_age(l.last_use), figure(int(info_int(v.info, "registers")), "-"),
+                    figure(int(info_int(v.info, "spill_bytes")), "-"));
     }
-    fmt::print("{} entries{}, {} in {}{}\n", views.size(),
-               views.size() < listings.size() ? fmt::format(" (of {})", listings.size()) : "", human_bytes(total),
-               disk->dir(), disk->absent() ? " (it does not exist yet)" : "");
+    util::print("{} entries{}, {} in {}{}\n", views.size(),
+                views.size() < listings.size() ? util::format(" (of {})", listings.size()) : "", human_bytes(total),
+                disk->dir(), disk->absent() ? " (it does not exist yet)" : "");
     return kOk;
 }
 
@@ -145,12 +145,12 @@ int verify(const GlobalOptions& g, bool repair, bool as_json) {
         j["bad"] = r.bad;
         j["removed"] = r.removed;
         j["problems"] = r.problems;
-        fmt::print("{}\n", dump(std::move(j)));
+        util::print("{}\n", dump(std::move(j)));
     } else {
-        for (const auto& p : r.problems) fmt::print("bad: {}\n", safe(p));
-        fmt::print("verified {} entries in {}: {} ok, {} bad, {} removed\n", r.ok + r.bad, disk->dir(), r.ok, r.bad,
-                   r.removed);
-        if (r.bad > r.removed) fmt::print("run `rtattn verify --repair` to remove the bad entries\n");
+        for (const auto& p : r.problems) util::print("bad: {}\n", safe(p));
+        util::print("verified {} entries in {}: {} ok, {} bad, {} removed\n", r.ok + r.bad, disk->dir(), r.ok, r.bad,
+                    r.removed);
+        if (r.bad > r.removed) util::print("run `rtattn verify --repair` to remove the bad entries\n");
     }
     return r.bad > r.removed ? kWorkFailed : kOk;
 }
@@ -174,10 +174,10 @@ int prune(const GlobalOptions& g, const PruneArgs& a) {
     if (a.older_than_opt->count()) {
         // Nothing is older than a century, and a bound keeps seconds * 1e9 far from int64's end (NaN fails it too).
         if (!(a.older_than >= 0 && a.older_than <= kMaxAgeDays * 86400.0))
-            throw ConfigError("--older-than", fmt::format("{} is out of range; allowed 0..{}d ({} years)",
-                                                          a.older_than >= 86400
-                                                              ? fmt::format("{:g}d", a.older_than / 86400)
-                                                              : fmt::format("{:g}s", a.older_than),
+            throw ConfigError("--older-than", util::format("{} is out of range; allowed 0..{}d ({} years)",
+                                                           a.older_than >= 86400
+                                                              ? util::format("{:g}d", a.older_than / 86400)
+                                                              : util::format("{:g}s", a.older_than),
                                                           kMaxAgeDays, kMaxAgeDays / 365));
         older_than = std::int64_t(a.older_than);
     }
@@ -192,22 +192,22 @@ int prune(const GlobalOptions& g, const PruneArgs& a) {
         j["bytes_freed"] = r.bytes_freed;
         j["bytes_left"] = left;
         j["paths"] = r.paths;
-        fmt::print("{}\n", dump(std::move(j)));
+        util::print("{}\n", dump(std::move(j)));
         return kOk;
     }
     if (a.dry_run)
-        for (const auto& p : r.paths) fmt::print("would remove {}\n", p);
-    fmt::print("{} {} entries ({}); {} left in {}\n", a.dry_run ? "would remove" : "removed", r.removed,
-               human_bytes(r.bytes_freed), human_bytes(left), disk->dir());
+        for (const auto& p : r.paths) util::print("would remove {}\n", p);
+    util::print("{} {} entries ({}); {} left in {}\n", a.dry_run ? "would remove" : "removed", r.removed,
+                human_bytes(r.bytes_freed), human_bytes(left), disk->dir());
     return kOk;
 }
 
 int clear(const GlobalOptions& g) {
     const auto disk = open_disk_cache(g);
     const auto r = disk->clear();
-    fmt::print("removed {} entries from {}\n", r.entries, disk->dir());
+    util::print("removed {} entries from {}\n", r.entries, disk->dir());
     if (r.in_use > 0)
-        fmt::print("left {} lock or temp file(s) that running processes hold; they go when those finish\n", r.in_use);
+        util::print("left {} lock or temp file(s) that running processes hold; they go when those finish\n", r.in_use);
     return kOk;
 }
 

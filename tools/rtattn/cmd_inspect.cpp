@@ -1,7 +1,7 @@
 // The commands that show what the library does with a config: render (the CUDA source, ptxas figures, or the files
 // for nvcc) and info (library, device, cache and plan). They resolve configs as the Runtime does and open no cache
 // for writing.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -44,7 +44,7 @@ void write_file(const fs::path& p, const std::string& text) {
     fs::create_directories(p.parent_path(), ec);
     std::ofstream out(p, std::ios::binary);
     out << text;
-    if (!out) throw Error(fmt::format("cannot write {}", p.string()));
+    if (!out) throw Error(util::format("cannot write {}", p.string()));
 }
 
 // The stub and every header as files, laid out as the stub includes them: `nvcc -I DIR` compiles them as they are.
@@ -52,8 +52,8 @@ int write_sources(const RenderTarget& r, const std::string& dir) {
     const fs::path root(dir);
     write_file(root / r.source.name, r.source.stub);
     for (const auto& h : *r.source.headers) write_file(root / h.name, h.text);
-    fmt::print("wrote {} and {} headers to {}\ncompile with: nvcc -std=c++17 -arch={} -cubin -I {} {}\n",
-               r.source.name, r.source.headers->size(), dir, r.config.arch, dir, (root / r.source.name).string());
+    util::print("wrote {} and {} headers to {}\ncompile with: nvcc -std=c++17 -arch={} -cubin -I {} {}\n",
+                r.source.name, r.source.headers->size(), dir, r.config.arch, dir, (root / r.source.name).string());
     return kOk;
 }
 
@@ -72,26 +72,27 @@ int render(const GlobalOptions& g, const RenderArgs& a) {
     if (!a.cubin.empty()) {  // for cuobjdump, or tools/bench/cubin_code.py comparing two builds
         const auto out = compile::compile(r->source, r->config.arch);
         write_file(a.cubin, out.cubin);
-        fmt::print("wrote {} ({} bytes, {} for {})\n", a.cubin, out.cubin.size(), r->config.describe(), r->config.arch);
+        util::print("wrote {} ({} bytes, {} for {})\n", a.cubin, out.cubin.size(), r->config.describe(),
+                    r->config.arch);
         return kOk;
     }
-    fmt::print("{}", r->source.full_text());
+    util::print("{}", r->source.full_text());
     if (!a.verbose) return kOk;
     // Appended as comments, so the output stays a valid CUDA file when redirected.
     const auto out = compile::compile(r->source, r->config.arch);
     const auto& p = out.ptxas;
-    fmt::print("\n// ===== rtattn render --verbose: {} =====\n", r->config.describe());
-    fmt::print("// registers: {}\n// spill stores: {} bytes, spill loads: {} bytes\n// stack: {} bytes\n"
-               "// barriers: {}\n// shared memory: {} bytes (dynamic)\n// compile: {:.3f} s (NVRTC {}, {} bytes of "
-               "cubin)\n// options: {}\n",
-               figure(p.registers), figure(p.spill_store_bytes), figure(p.spill_load_bytes), figure(p.stack_bytes),
-               figure(p.barriers), r->smem_bytes, out.seconds, compile::nvrtc_version(), out.cubin.size(),
-               out.options);
+    util::print("\n// ===== rtattn render --verbose: {} =====\n", r->config.describe());
+    util::print("// registers: {}\n// spill stores: {} bytes, spill loads: {} bytes\n// stack: {} bytes\n"
+                "// barriers: {}\n// shared memory: {} bytes (dynamic)\n// compile: {:.3f} s (NVRTC {}, {} bytes of "
+                "cubin)\n// options: {}\n",
+                figure(p.registers), figure(p.spill_store_bytes), figure(p.spill_load_bytes), figure(p.stack_bytes),
+                figure(p.barriers), r->smem_bytes, out.seconds, compile::nvrtc_version(), out.cubin.size(),
+                out.options);
     if (p.registers < 0) {
         std::string log = out.log.empty() ? "(empty)" : out.log;
         for (auto at = log.find('\n'); at != std::string::npos; at = log.find('\n', at + 4))
             log.replace(at, 1, "\n// ");  // keep the output a valid CUDA file
-        fmt::print("// the NVRTC log has no ptxas report for {}:\n// {}\n", r->source.entries.at(0), log);
+        util::print("// the NVRTC log has no ptxas report for {}:\n// {}\n", r->source.entries.at(0), log);
     }
     return kOk;
 }
@@ -102,7 +103,7 @@ json device_json() {
         const auto d = driver::current_device();
         json j;
         j["name"] = d.name;
-        j["cc"] = fmt::format("{}.{}", d.cc_major, d.cc_minor);
+        j["cc"] = util::format("{}.{}", d.cc_major, d.cc_minor);
         j["sms"] = d.sms;
         j["arch"] = d.arch();
         j["smem_optin"] = d.smem_optin;
@@ -152,58 +153,59 @@ json backward_info_json(const ResolvedBackward& r, const cache::DiskCache& disk)
 
 void print_backward_text(const json& b) {
     if (b.contains("unavailable")) {  // a config whose forward runs and whose backward cannot be planned
-        fmt::print("backward plan: none ({})\n", b["unavailable"].get<std::string>());
+        util::print("backward plan: none ({})\n", b["unavailable"].get<std::string>());
         return;
     }
     const json& p = b["plan"];
-    fmt::print("backward plan:\n");
-    fmt::print("  kernel: {} ({})\n", b["kernel"].get<std::string>(), p["family"].get<std::string>());
-    fmt::print("  head dims padded: qk {}, v {}\n", p["pad_qk"].get<int>(), p["pad_v"].get<int>());
-    fmt::print("  tiles: {} query rows x {} keys per CTA, {} warps, {} Q/dO buffer(s)\n", p["block_m"].get<int>(),
-               p["block_n"].get<int>(), p["warps"].get<int>(), p["stages"].get<int>());
-    fmt::print("  shared memory: {} bytes\n", p["smem_bytes"].get<int>());
-    fmt::print("  workspace: {:.1f} bytes per query token (batch x seqlen_q of them)\n",
-               b["workspace_bytes_per_query_token"].get<double>());
-    fmt::print("  reason: {}\n", p["reason"].get<std::string>());
-    fmt::print("  cache key: {} ({})\n", b["key"].get<std::string>(), b["cached"].get<bool>() ? "cached" : "not cached");
+    util::print("backward plan:\n");
+    util::print("  kernel: {} ({})\n", b["kernel"].get<std::string>(), p["family"].get<std::string>());
+    util::print("  head dims padded: qk {}, v {}\n", p["pad_qk"].get<int>(), p["pad_v"].get<int>());
+    util::print("  tiles: {} query rows x {} keys per CTA, {} warps, {} Q/dO buffer(s)\n", p["block_m"].get<int>(),
+                p["block_n"].get<int>(), p["warps"].get<int>(), p["stages"].get<int>());
+    util::print("  shared memory: {} bytes\n", p["smem_bytes"].get<int>());
+    util::print("  workspace: {:.1f} bytes per query token (batch x seqlen_q of them)\n",
+                b["workspace_bytes_per_query_token"].get<double>());
+    util::print("  reason: {}\n", p["reason"].get<std::string>());
+    util::print("  cache key: {} ({})\n", b["key"].get<std::string>(),
+                b["cached"].get<bool>() ? "cached" : "not cached");
 }
 
 void print_info_text(const json& j) {
-    fmt::print("rtattn {}\nNVRTC {}\n", j["version"].get<std::string>(), j["nvrtc"].get<std::string>());
+    util::print("rtattn {}\nNVRTC {}\n", j["version"].get<std::string>(), j["nvrtc"].get<std::string>());
     const json& d = j["device"];
     if (d.is_null())
-        fmt::print("device: no GPU\n");
+        util::print("device: no GPU\n");
     else if (d.contains("error"))
-        fmt::print("device: error: {}\n", d["error"].get<std::string>());
+        util::print("device: error: {}\n", d["error"].get<std::string>());
     else
-        fmt::print("device: {} (compute capability {}, {} SMs, arch {}, driver {})\n", d["name"].get<std::string>(),
-                   d["cc"].get<std::string>(), d["sms"].get<int>(), d["arch"].get<std::string>(),
-                   d["driver_version"].get<int>());
+        util::print("device: {} (compute capability {}, {} SMs, arch {}, driver {})\n", d["name"].get<std::string>(),
+                    d["cc"].get<std::string>(), d["sms"].get<int>(), d["arch"].get<std::string>(),
+                    d["driver_version"].get<int>());
     const json& c = j["cache"];
     const std::string state = c["state"].get<std::string>();
     if (state == "usable")
-        fmt::print("cache: {}, {} entries, {}\n", c["dir"].get<std::string>(), c["entries"].get<int>(),
-                   human_bytes(c["total_bytes"].get<std::uint64_t>()));
+        util::print("cache: {}, {} entries, {}\n", c["dir"].get<std::string>(), c["entries"].get<int>(),
+                    human_bytes(c["total_bytes"].get<std::uint64_t>()));
     else
-        fmt::print("cache: {} ({}{})\n", c["dir"].get<std::string>(), state,
-                   c["problem"].is_null() ? "" : ": " + c["problem"].get<std::string>());
+        util::print("cache: {} ({}{})\n", c["dir"].get<std::string>(), state,
+                    c["problem"].is_null() ? "" : ": " + c["problem"].get<std::string>());
     if (!j.contains("plan")) return;
     const json& info = j["plan"];
     const json& p = info["plan"];
     const double useful = p["useful_flop_fraction"].get<double>();
-    fmt::print("plan for {}:\n", info["describe"].get<std::string>());
-    fmt::print("  head dims: qk {} -> padded {}, v {} -> padded {}\n", p["head_dim_qk"].get<int>(),
-               p["pad_qk"].get<int>(), p["head_dim_v"].get<int>(), p["pad_v"].get<int>());
-    fmt::print("  kernel: {} ({})\n", p["kernel"].get<std::string>(), p["family"].get<std::string>());
-    fmt::print("  tiles: {}x{} (block_m x block_n), {} MMA warps, {} threads, {} stage(s)\n", p["block_m"].get<int>(),
-               p["block_n"].get<int>(), p["warps"].get<int>(), p["threads"].get<int>(), p["stages"].get<int>());
-    fmt::print("  shared memory: {} bytes\n", p["smem_bytes"].get<int>());
-    fmt::print("  vector width: {} elements for Q/K, {} for V/O: pointers and strides must be multiples\n",
-               p["vec_qk"].get<int>(), p["vec_v"].get<int>());
-    fmt::print("  useful/issued FLOPs: {:.4f} ({:.1f}% spent on padding)\n", useful, 100 * (1 - useful));
-    fmt::print("  reason: {}\n", p["reason"].get<std::string>());
-    fmt::print("  cache key: {} ({})\n", info["key"].get<std::string>(),
-               info["cached"].get<bool>() ? "cached" : "not cached");
+    util::print("plan for {}:\n", info["describe"].get<std::string>());
+    util::print("  head dims: qk {} -> padded {}, v {} -> padded {}\n", p["head_dim_qk"].get<int>(),
+                p["pad_qk"].get<int>(), p["head_dim_v"].get<int>(), p["pad_v"].get<int>());
+    util::print("  kernel: {} ({})\n", p["kernel"].get<std::string>(), p["family"].get<std::string>());
+    util::print("  tiles: {}x{} (block_m x block_n), {} MMA warps, {} threads, {} stage(s)\n", p["block_m"].get<int>(),
+                p["block_n"].get<int>(), p["warps"].get<int>(), p["threads"].get<int>(), p["stages"].get<int>());
+    util::print("  shared memory: {} bytes\n", p["smem_bytes"].get<int>());
+    util::print("  vector width: {} elements for Q/K, {} for V/O: pointers and strides must be multiples\n",
+                p["vec_qk"].get<int>(), p["vec_v"].get<int>());
+    util::print("  useful/issued FLOPs: {:.4f} ({:.1f}% spent on padding)\n", useful, 100 * (1 - useful));
+    util::print("  reason: {}\n", p["reason"].get<std::string>());
+    util::print("  cache key: {} ({})\n", info["key"].get<std::string>(),
+                info["cached"].get<bool>() ? "cached" : "not cached");
     if (j.contains("backward")) print_backward_text(j["backward"]);
 }
 
@@ -226,7 +228,7 @@ int info(const GlobalOptions& g, const tool::ConfigFlags& flags, bool as_json) {
         }
     }
     if (as_json)
-        fmt::print("{}\n", dump(std::move(j)));
+        util::print("{}\n", dump(std::move(j)));
     else
         print_info_text(j);
     return kOk;

@@ -1,6 +1,6 @@
 // `rtattn precompile`: compile configs (from manifests, from --head-dim flags, or the default manifest) into the disk
 // cache, in parallel, with progress; or, with --cache-only, check that every one is there.
-#include <fmt/format.h>
+#include "util/format.hpp"
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -40,11 +40,11 @@ struct Item {
 
 tool::ManifestError manifest_not_found(const std::string& name) {
     const auto dirs = tool::manifest_dirs();
-    const std::string searched = dirs.empty() ? std::string("none") : fmt::format("{}", fmt::join(dirs, ", "));
+    const std::string searched = dirs.empty() ? std::string("none") : util::format("{}", fmt::join(dirs, ", "));
     return {name, "manifest",
-            fmt::format("no such file, and no manifest of that name in the manifest directories ({}); set "
-                        "RTATTN_MANIFEST_DIR or give a path",
-                        searched)};
+            util::format("no such file, and no manifest of that name in the manifest directories ({}); set "
+                         "RTATTN_MANIFEST_DIR or give a path",
+                         searched)};
 }
 
 // Manifests and --head-dim flags together, deduplicated, forward kernels first; the default manifest when neither is
@@ -194,25 +194,25 @@ void print_summary(const std::vector<Item>& configs, const std::vector<Outcome>&
             }
             j["configs"].push_back(std::move(e));
         }
-        fmt::print("{}\n", dump(std::move(j)));
+        util::print("{}\n", dump(std::move(j)));
         return;
     }
     if (cache_only)
-        fmt::print("checked {} config(s) in {}: {} present, {} missing (cache: {})\n", configs.size(),
-                   human_seconds(seconds), n_cached, n_failed, dir);
+        util::print("checked {} config(s) in {}: {} present, {} missing (cache: {})\n", configs.size(),
+                    human_seconds(seconds), n_cached, n_failed, dir);
     else
-        fmt::print("precompiled {} config(s) in {}: {} compiled, {} cached, {} not stored, {} failed (cache: {})\n",
-                   configs.size(), human_seconds(seconds), n_compiled, n_cached, n_not_stored, n_failed, dir);
+        util::print("precompiled {} config(s) in {}: {} compiled, {} cached, {} not stored, {} failed (cache: {})\n",
+                    configs.size(), human_seconds(seconds), n_compiled, n_cached, n_not_stored, n_failed, dir);
     for (std::size_t i = 0; i < configs.size(); ++i)
         if (!outcomes[i].error.empty())
-            fmt::print("{}: {}\n  {}\n", status_name(outcomes[i].status, cache_only), configs[i].describe(),
-                       outcomes[i].error);
+            util::print("{}: {}\n  {}\n", status_name(outcomes[i].status, cache_only), configs[i].describe(),
+                        outcomes[i].error);
 }
 
 int run(const GlobalOptions& g, const PrecompileArgs& a) {
     if (a.jobs < 0)
         throw ConfigError("--jobs",
-                          fmt::format("{} is not allowed; give 1 or more (0: one per hardware thread)", a.jobs));
+                          util::format("{} is not allowed; give 1 or more (0: one per hardware thread)", a.jobs));
     const auto configs = precompile_items(a.manifests, a.config.get(), a.pass);
 
     // The Runtime logs through the progress display, which exists only once the work is known: forward to it.
@@ -225,21 +225,21 @@ int run(const GlobalOptions& g, const PrecompileArgs& a) {
         std::lock_guard<std::mutex> lock(early_mu);
         if (shown) return shown->log(l, m);
         static const char* names[] = {"", "warning", "info", "debug"};
-        fmt::print(stderr, "rtattn {}: {}\n", names[static_cast<int>(l)], m);
+        util::print(stderr, "rtattn {}: {}\n", names[static_cast<int>(l)], m);
     };
     Runtime rt(ro);
     const bool cache_only = rt.options().mode == CacheMode::cache_only;  // or RTATTN_CACHE_ONLY=1
     const auto stats = rt.stats();
     // A memory-only cache would "succeed" and keep nothing: that is a cache failure, not a precompile.
     if (!stats.disk_enabled)
-        throw CacheError(fmt::format("the disk cache{} cannot be used (see the warning above); nothing would be kept",
-                                     stats.dir.empty() ? "" : " at " + stats.dir));
+        throw CacheError(util::format("the disk cache{} cannot be used (see the warning above); nothing would be kept",
+                                      stats.dir.empty() ? "" : " at " + stats.dir));
     // More workers than the library's compile slots would only wait (and 64 NVRTC runs on 2 cores take GBs).
     const int jobs = rt.options().max_concurrent_compiles;
     if (a.jobs > jobs)
-        ro.log_sink(LogLevel::warn, fmt::format("-j {} capped at {}: the library runs at most one NVRTC compile per "
-                                                "hardware thread ({} here), each taking 100s of MB",
-                                                a.jobs, jobs, std::thread::hardware_concurrency()));
+        ro.log_sink(LogLevel::warn, util::format("-j {} capped at {}: the library runs at most one NVRTC compile per "
+                                                 "hardware thread ({} here), each taking 100s of MB",
+                                                 a.jobs, jobs, std::thread::hardware_concurrency()));
     const auto disk = open_disk_cache(g);
     Progress progress(configs.size(), cache_only ? 0 : compile_work(rt, configs, *disk),
                       log_level(g) != LogLevel::quiet, cache_only);

@@ -1,6 +1,6 @@
 #include "common.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <cmath>
 #include <ctime>
@@ -86,9 +86,9 @@ const tool::ExpandOptions& resolve_arch() {
 AttentionConfig single_config(const tool::ConfigFlags& f) {
     auto configs = tool::expand_flags(f, resolve_arch());
     if (configs.size() != 1)
-        throw ConfigError("flags", fmt::format("this command takes one config, but the flags describe {}; give single "
-                                               "values (lists are for precompile)",
-                                               configs.size()));
+        throw ConfigError("flags", util::format("this command takes one config, but the flags describe {}; give single "
+                                                "values (lists are for precompile)",
+                                                configs.size()));
     return configs[0];
 }
 
@@ -104,28 +104,28 @@ std::string dump(json j) {
 json figure_json(long long x) { return x < 0 ? json(nullptr) : json(x); }
 
 std::string human_bytes(std::uint64_t b) {
-    if (b < 1024) return fmt::format("{} B", b);
+    if (b < 1024) return util::format("{} B", b);
     const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
     double v = double(b) / 1024;
     int u = 0;
     while (v >= 1024 && u < 3) v /= 1024, ++u;
-    return fmt::format("{:.1f} {}", v, units[u]);
+    return util::format("{:.1f} {}", v, units[u]);
 }
 
 std::string human_seconds(double s) {
-    if (s < 10) return fmt::format("{:.2f}s", s);
-    if (s < 60) return fmt::format("{:.1f}s", s);
+    if (s < 10) return util::format("{:.2f}s", s);
+    if (s < 60) return util::format("{:.1f}s", s);
     const long t = std::lround(s);
-    if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
-    return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
+    if (t < 3600) return util::format("{}m{:02}s", t / 60, t % 60);
+    return util::format("{}h{:02}m", t / 3600, t / 60 % 60);
 }
 
 std::string human_age(std::int64_t unix_seconds) {
     const std::int64_t age = std::int64_t(std::time(nullptr)) - unix_seconds;
     if (age < 60) return "just now";
-    if (age < 3600) return fmt::format("{}m ago", age / 60);
-    if (age < 86400) return fmt::format("{}h ago", age / 3600);
-    return fmt::format("{}d ago", age / 86400);
+    if (age < 3600) return util::format("{}m ago", age / 60);
+    if (age < 86400) return util::format("{}h ago", age / 3600);
+    return util::format("{}d ago", age / 86400);
 }
 
 std::string figure(int x, const char* unknown) { return x < 0 ? unknown : std::to_string(x); }

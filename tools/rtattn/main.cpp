@@ -4,13 +4,15 @@
 //
 // Every rtattn::Error (and anything else thrown) is caught here and printed as "rtattn: error: ..."; nothing calls
 // exit(). Exit codes are in kFooter.
-#include <fmt/format.h>
+#include "util/format.hpp"
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <exception>
 
 #include "common.hpp"
+
+namespace util = rtattn::util;
 
 namespace {
 
@@ -26,7 +28,7 @@ constexpr const char* kFooter =
 
 int report_error(const char* what, int code) {
     std::fflush(stdout);
-    fmt::print(stderr, "rtattn: error: {}\n", what);
+    util::print(stderr, "rtattn: error: {}\n", what);
     return code;
 }
 
@@ -34,7 +36,7 @@ int report_error(const char* what, int code) {
 int parse_error_exit(const CLI::App& app, const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     report_error(e.what(), kUsage);
-    fmt::print(stderr, "run `rtattn --help` (or `rtattn <command> --help`) for usage\n");
+    util::print(stderr, "run `rtattn --help` (or `rtattn <command> --help`) for usage\n");
     return kUsage;
 }
 
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
     // The flag wins over the environment, for the library's Runtime too (which reads RTATTN_LOG_LEVEL itself).
     if (!g.log_level.empty()) setenv("RTATTN_LOG_LEVEL", g.log_level.c_str(), /*overwrite=*/1);
     if (!action) {  // no command: say what there is
-        fmt::print("{}", app.help());
+        util::print("{}", app.help());
         return kOk;
     }
 

@@ -1,6 +1,6 @@
 #include "manifest.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -76,7 +76,7 @@ struct Origin {
 std::vector<json> alternatives(const std::string& key, const json& value, const Origin& origin) {
     if (key == "causal" && value.is_string()) {
         if (value == "both") return {false, true};
-        origin.fail(key, fmt::format("{} is not allowed; use true, false or \"both\"", json_for_message(value)));
+        origin.fail(key, util::format("{} is not allowed; use true, false or \"both\"", json_for_message(value)));
     }
     if (!value.is_array()) return {value};
     if (value.empty()) origin.fail(key, "is an empty list; give at least one value or leave the field out");
@@ -97,9 +97,9 @@ Passes passes_of(const json& value, const Origin& origin) {
         else if (v == "backward")
             p.backward = true;
         else
-            origin.fail(kPassField, fmt::format("{} is not allowed; {}", json_for_message(v), allowed));
+            origin.fail(kPassField, util::format("{} is not allowed; {}", json_for_message(v), allowed));
     }
-    if (!p.forward && !p.backward) origin.fail(kPassField, fmt::format("is an empty list; {}", allowed));
+    if (!p.forward && !p.backward) origin.fail(kPassField, util::format("is an empty list; {}", allowed));
     return p;
 }
 
@@ -113,17 +113,17 @@ void count_expansion(const json& entry, const Origin& origin, std::uint64_t* so_
     for (const char* key : kListFields) {
         if (!entry.contains(key)) continue;
         const std::uint64_t k = alternatives(key, entry[key], origin).size();
-        if (k > 1) factors += fmt::format("{}{} {}", factors.empty() ? "" : " x ", key, k);
+        if (k > 1) factors += util::format("{}{} {}", factors.empty() ? "" : " x ", key, k);
         overflow = overflow || __builtin_mul_overflow(n, k, &n);
     }
-    const std::string limit = fmt::format("the limit is {} configs per manifest; shorten the lists or split the "
-                                          "entries over several manifests", kMaxManifestConfigs);
+    const std::string limit = util::format("the limit is {} configs per manifest; shorten the lists or split the "
+                                           "entries over several manifests", kMaxManifestConfigs);
     if (overflow || n > kMaxManifestConfigs)
-        origin.fail("configs", fmt::format("expands to {}{} configs ({}); {}", overflow ? "more than " : "",
-                                           overflow ? std::numeric_limits<std::uint64_t>::max() : n, factors, limit));
+        origin.fail("configs", util::format("expands to {}{} configs ({}); {}", overflow ? "more than " : "",
+                                            overflow ? std::numeric_limits<std::uint64_t>::max() : n, factors, limit));
     if (n > kMaxManifestConfigs - *so_far)
-        origin.fail("configs", fmt::format("expands to {} configs, which takes the manifest to {}; {}", n,
-                                           *so_far + n, limit));
+        origin.fail("configs", util::format("expands to {} configs, which takes the manifest to {}; {}", n,
+                                            *so_far + n, limit));
     *so_far += n;
 }
 
@@ -167,7 +167,8 @@ AttentionConfig checked_config(const json& single, const ExpandOptions& opts, co
 constexpr int kDefaultHeads = 8;
 
 Expanded expand_entry(json entry, const ExpandOptions& opts, const Origin& origin, std::uint64_t* so_far) {
-    if (!entry.is_object()) origin.fail("entry", fmt::format("must be a JSON object, got {}", json_for_message(entry)));
+    if (!entry.is_object())
+        origin.fail("entry", util::format("must be a JSON object, got {}", json_for_message(entry)));
     for (const char* key : kCommentFields)
         if (entry.contains(key) && !entry[key].is_string()) origin.fail(key, "must be a string (it is a comment)");
     if (!opts.archs.empty()) entry["arch"] = opts.archs;
@@ -244,10 +245,11 @@ Manifest load_manifest(const std::string& path, const ExpandOptions& opts) {
     std::uint64_t expanded = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
         const json& e = entries[i];
-        Origin origin{fmt::format("{}: configs[{}]", path, i)};
+        Origin origin{util::format("{}: configs[{}]", path, i)};
         if (e.is_object() && e.contains("model") && e["model"].is_string()) {
             const std::string model = e["model"].get<std::string>();
-            origin.where += fmt::format(" ({})", util::escaped(model.substr(0, 64)) + (model.size() > 64 ? "..." : ""));
+            origin.where +=
+                util::format(" ({})", util::escaped(model.substr(0, 64)) + (model.size() > 64 ? "..." : ""));
         }
         const Expanded x = expand_entry(e, opts, origin, &expanded);
         configs.add_all(x.forward);

@@ -1,6 +1,6 @@
 #include "progress.hpp"
 
-#include <fmt/format.h>
+#include "util/format.hpp"
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -27,7 +27,7 @@ void Progress::log(LogLevel level, const std::string& msg) {
     static const char* names[] = {"", "warning", "info", "debug"};
     std::lock_guard<std::mutex> g(mu_);
     clear_line();
-    fmt::print(stderr, "rtattn {}: {}\n", names[static_cast<int>(level)], msg);
+    util::print(stderr, "rtattn {}: {}\n", names[static_cast<int>(level)], msg);
     if (tty_ && shown_) draw(last_);  // a log file already has the last progress line
 }
 
@@ -36,17 +36,17 @@ void Progress::finished(const std::string& what, const char* status, bool compil
     ++done_;
     compiled_ += compiled;
     failed_ += failed;
-    if (enabled_) draw(fmt::format("{} {}", status, what));
+    if (enabled_) draw(util::format("{} {}", status, what));
 }
 
 void Progress::close() {
     std::lock_guard<std::mutex> g(mu_);
-    if (tty_ && shown_) fmt::print(stderr, "\n");
+    if (tty_ && shown_) util::print(stderr, "\n");
     shown_ = false;
 }
 
 void Progress::clear_line() {
-    if (tty_ && shown_) fmt::print(stderr, "\r\x1b[K");
+    if (tty_ && shown_) util::print(stderr, "\r\x1b[K");
 }
 
 void Progress::draw(const std::string& what) {
@@ -58,13 +58,13 @@ void Progress::draw(const std::string& what) {
     }
     // Short enough that a typical line ("[12/96] 0 failed 3.1s ETA 42s compiled d132 bf16 causal h16:16 sm_90a")
     // fits 80 columns; a terminal narrower than the line gets it cut, since \r redraws only the last wrapped part.
-    const std::string line = fmt::format("[{}/{}] {} {} {}{}  {}", done_, total_, failed_,
-                                         cache_only_ ? "missing" : "failed", human_seconds(elapsed), eta, what);
+    const std::string line = util::format("[{}/{}] {} {} {}{}  {}", done_, total_, failed_,
+                                          cache_only_ ? "missing" : "failed", human_seconds(elapsed), eta, what);
     if (tty_) {
         clear_line();
-        fmt::print(stderr, "\r{}", line.substr(0, terminal_width() - 1));
+        util::print(stderr, "\r{}", line.substr(0, terminal_width() - 1));
     } else {
-        fmt::print(stderr, "{}\n", line);
+        util::print(stderr, "{}\n", line);
     }
     std::fflush(stderr);
     shown_ = true;
