@@ -5,6 +5,7 @@
 #include "bench.hpp"
 
 #include "util/format.hpp"
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 // the library's rule (see the README's "Security and trust").
 #include "util/format.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <optional>
 #include <tuple>

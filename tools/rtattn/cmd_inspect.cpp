@@ -3,6 +3,7 @@
 // for writing.
 #include "util/format.hpp"
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 

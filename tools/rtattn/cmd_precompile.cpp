@@ -1,6 +1,7 @@
 // `rtattn precompile`: compile configs (from manifests, from --head-dim flags, or the default manifest) into the disk
 // cache, in parallel, with progress; or, with --cache-only, check that every one is there.
 #include "util/format.hpp"
+#include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 
 #include "util/format.hpp"
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <ctime>
 

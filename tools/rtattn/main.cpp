@@ -7,6 +7,7 @@
 #include "util/format.hpp"
 
 #include <CLI/CLI.hpp>
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <exception>
 
