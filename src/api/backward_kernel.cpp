@@ -1,5 +1,4 @@
 // BackwardKernel: has its family check a backward call's arguments against the plan, then launch it.
-#include <fmt/format.h>
 
 #include <cstdint>
 

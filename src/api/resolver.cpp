@@ -1,7 +1,5 @@
 #include "api/resolver.hpp"
 
-#include "util/format.hpp"
-
 #include <cstdlib>
 
 #include "arch/arch.hpp"
@@ -12,6 +10,7 @@
 #include "kernels/forward.hpp"
 #include "core/errors.hpp"
 #include "util/sha256.hpp"
+#include "util/format.hpp"
 
 namespace rtattn {
 

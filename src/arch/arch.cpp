@@ -1,9 +1,8 @@
 #include "arch/arch.hpp"
 
-#include "util/format.hpp"
-
 #include "core/errors.hpp"
 #include "util/text.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::arch {
 

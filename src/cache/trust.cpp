@@ -1,7 +1,8 @@
 #include "cache/trust.hpp"
 
-#include "util/format.hpp"
 #include <unistd.h>
+
+#include "util/format.hpp"
 
 namespace rtattn::cache {
 

@@ -1,7 +1,6 @@
 #include "compile/compile.hpp"
 
 #include <dlfcn.h>
-#include "util/format.hpp"
 #include <nvrtc.h>
 
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <mutex>
 
 #include "core/errors.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::compile {
 

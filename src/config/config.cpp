@@ -1,5 +1,3 @@
-#include "util/format.hpp"
-
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -11,6 +9,7 @@
 #include "rtattn/config_fields.h"
 #include "util/json_input.hpp"
 #include "util/text.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::core {
 

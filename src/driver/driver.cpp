@@ -1,7 +1,6 @@
 #include "driver/driver.hpp"
 
 #include <dlfcn.h>
-#include "util/format.hpp"
 
 #include <cstring>
 #include <map>
@@ -9,6 +8,7 @@
 
 #include "arch/arch.hpp"
 #include "core/errors.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::driver {
 

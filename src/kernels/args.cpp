@@ -1,8 +1,6 @@
 // The argument checks the families' validate_args are built from (args.hpp).
 #include "kernels/args.hpp"
 
-#include "util/format.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include "common/geometry.h"
 #include "core/errors.hpp"
 #include "kernels/forward.hpp"  // kAppendThreads, max_warp_rows
+#include "util/format.hpp"
 
 namespace rtattn::kernels {
 

@@ -2,13 +2,12 @@
 // parameter block with the workspace's parts, and the row kernels' launches.
 #include "kernels/backward.hpp"
 
-#include "util/format.hpp"
-
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/args.hpp"
 #include "core/errors.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::kernels {
 

@@ -1,7 +1,5 @@
 #include "plan/plan.hpp"
 
-#include "util/format.hpp"
-
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -12,6 +10,7 @@
 #include "plan/backward.hpp"
 #include "plan/forward_tiles.hpp"
 #include "core/errors.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::plan {
 

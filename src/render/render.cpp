@@ -1,12 +1,11 @@
 #include "render/render.hpp"
 
-#include "util/format.hpp"
-
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::render {
 

@@ -1,12 +1,11 @@
 #include "util/env.hpp"
 
-#include "util/format.hpp"
-
 #include <cstdlib>
 #include <string>
 
 #include "core/errors.hpp"
 #include "util/text.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::util {
 

@@ -1,11 +1,10 @@
 #include "util/json_input.hpp"
 
-#include "util/format.hpp"
-
 #include <unordered_set>
 #include <vector>
 
 #include "util/text.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::util {
 

@@ -4,7 +4,6 @@
 // Latency: cold NVRTC compile, disk hit in a fresh Runtime, in-memory hit.
 #include "bench.hpp"
 
-#include "util/format.hpp"
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include "util/text.hpp"
 #include "driver/driver.hpp"
 #include "core/rtattn.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::cli {
 

@@ -1,6 +1,5 @@
 // `rtattn precompile`: compile configs (from manifests, from --head-dim flags, or the default manifest) into the disk
 // cache, in parallel, with progress; or, with --cache-only, check that every one is there.
-#include "util/format.hpp"
 #include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
 
@@ -16,6 +15,7 @@
 #include "api/runtime_internal.hpp"
 #include "common.hpp"
 #include "progress.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::cli {
 

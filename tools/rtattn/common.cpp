@@ -1,7 +1,5 @@
 #include "common.hpp"
 
-#include "util/format.hpp"
-
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <ctime>
@@ -9,6 +7,7 @@
 #include "api/resolver.hpp"
 #include "util/env.hpp"
 #include "util/text.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::cli {
 

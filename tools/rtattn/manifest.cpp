@@ -1,6 +1,5 @@
 #include "manifest.hpp"
 
-#include "util/format.hpp"
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include "plan/plan.hpp"
 #include "util/json_input.hpp"
 #include "util/text.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::tool {
 

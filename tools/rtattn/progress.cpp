@@ -1,12 +1,12 @@
 #include "progress.hpp"
 
-#include "util/format.hpp"
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "common.hpp"
+#include "util/format.hpp"
 
 namespace rtattn::cli {
 
