@@ -21,6 +21,7 @@ from ._torch import (_ARGS_SIZE, _BWD_ARGS_SIZE, _DECODE_MAX_Q, _DTYPES, _alibi_
                      _cached, _check_alibi, _check_scale, _check_sinks, _check_softcap, _dsinks_out, _keyless_dsinks,
                      _keyless_lse, _local, _plain_eager, _raw_stream, _sinks_args, _sinks_f32, _sinks_flag,
                      _softcap_args, _softcap_flag, _tensor, _window, _window_args)
+from . import _prepared  # after _torch, whose torch version check comes first: it reads torch._C
 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 
@@ -257,8 +258,10 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 # ---- decode from a KV cache ------------------------------------------------------------------------------------------
 
 def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal, scale, num_splits,
-                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k_new=None, v_new=None, want_lse=True):
-    """O and LSE (None without want_lse: the eager callers that return no LSE skip its allocation)."""
+                 window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k_new=None, v_new=None, want_lse=True,
+                 record=None):
+    """O and LSE (None without want_lse: the eager callers that return no LSE skip its allocation). record: a list
+    that gets the launch's (kernel, args, workspace bytes), for _prepared.store."""
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
@@ -277,7 +280,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
     sinks = _sinks_f32(sinks)
     flags += _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) + _alibi_flag(alibi_slopes)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale, flags)
-    ws_bytes = _workspace_bytes(kernel, b, max(sq, 1), max_seqlen_k, num_splits)
+    ws_bytes = _prepared.workspace_bytes(kernel, b, max(sq, 1), max_seqlen_k, num_splits)
     workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
     fields = {}
     if paged:
@@ -300,20 +303,9 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
         o1 = torch.empty((b, 1, hq, dv), dtype=q.dtype, device=q.device)
         args.q, args.o, args.lse = _tensor(q1), _tensor(o1), None
     kernel.launch(args, _raw_stream(q.device.index))
+    if record is not None and sq > 0:
+        record.append((kernel, args, ws_bytes, (b, sq, num_splits)))
     return o, lse
-
-
-_WORKSPACE_BYTES = {}  # (kernel, sizes) -> bytes: a pure function of them, asked once per decode step
-
-
-def _workspace_bytes(kernel, b, sq, max_seqlen_k, num_splits) -> int:
-    key = (kernel, b, sq, max_seqlen_k, num_splits)
-    n = _WORKSPACE_BYTES.get(key)
-    if n is None:
-        if len(_WORKSPACE_BYTES) >= 4096:  # lengths that grow step by step (no max_seqlen_k given) keep it bounded
-            _WORKSPACE_BYTES.clear()
-        n = _WORKSPACE_BYTES[key] = kernel.workspace_bytes(b, sq, max_seqlen_k, num_splits)
-    return n
 
 
 @torch.library.custom_op("rtattn::attention_with_kvcache", mutates_args=(), device_types="cuda")
@@ -425,6 +417,27 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     rtattn.attention's (gpt-oss's decode). softcap: logit softcapping, as rtattn.attention's (Gemma 2's decode).
     alibi_slopes: ALiBi, float32 [heads_q] or [batch, heads_q] as rtattn.attention's; a token's query position is its
     place among its sequence's keys (cache_seqlens + seqlen_new - seqlen_q + t), as flash_attn_with_kvcache's."""
+    eager = _plain_eager(q, k_cache, v_cache, sinks, alibi_slopes)
+    key = None
+    if eager and k is None and v is None and type(num_splits) is int and all(
+            t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table)) and (
+            max_seqlen_k is None or type(max_seqlen_k) is int) and _prepared.plain_options(
+            causal, softmax_scale, softcap, window_size, return_lse) and _prepared.on_current_device(q):
+        # max_seqlen_k's value stays out of the signature (a server passes the batch's longest, step by step).
+        key = ("kvcache", _prepared.meta(q), _prepared.meta(k_cache), _prepared.meta(v_cache),
+               _prepared.meta(cache_seqlens), _prepared.meta(block_table), _prepared.meta(sinks),
+               _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size, return_lse, num_splits,
+               max_seqlen_k is None)
+        p = _prepared.table().get(key)
+        if p is not None:
+            max_k = p.max_keys if max_seqlen_k is None else max_seqlen_k
+            if 0 < max_k <= p.max_keys:  # this signature's checks passed before: allocate, set pointers, launch
+                try:
+                    o, lse = _prepared.launch(p, q, k_cache, v_cache, return_lse, max_k, False, cache_seqlens,
+                                              block_table, _sinks_f32(sinks), alibi_slopes)
+                    return (o, lse) if return_lse else o
+                except ArgumentError:  # a pointer the kernel refuses: the full path names it
+                    pass
     _check_inputs((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4, "[batch/pages, seq, heads, head_dim]")
     b = q.shape[0]
     _check_alibi(alibi_slopes, q, b, q.shape[2])
@@ -470,12 +483,15 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         o, lse = torch.ops.rtattn.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens, block_table,
                                                                 max_seqlen_k, causal, softmax_scale, num_splits,
                                                                 *window, sinks, softcap, alibi_slopes, k, v)
-    elif _plain_eager(q, k_cache, v_cache, sinks, alibi_slopes) and all(
-            t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table)):
+    elif eager and all(t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table)):
         # The op's body without the dispatcher's round trip, as rtattn.attention's eager path (its arguments are
-        # checked above). The append keeps the op: it writes the caches, whose version counters the op bumps.
+        # checked above; the launch's struct kept for the signature's next calls). The append keeps the op: it
+        # writes the caches, whose version counters the op bumps.
+        record = [] if key is not None else None
         o, lse = _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
-                            softmax_scale, num_splits, window, sinks, softcap, alibi_slopes, None, None, return_lse)
+                            softmax_scale, num_splits, window, sinks, softcap, alibi_slopes, None, None, return_lse,
+                            record)
+        _prepared.store(key, record, o, lse, max_keys=min(capacity, INT32_MAX))
     else:
         o, lse = torch.ops.rtattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                                          max_seqlen_k, causal, softmax_scale, num_splits, *window,

@@ -2,9 +2,10 @@
 "rtattn::attention_backward") over the C ABI, with fake (meta) implementations so that torch.compile traces a
 training step without a graph break and CUDA graphs capture it; autograd connects the two.
 
-Kernels are looked up once per (runtime, device, dtype, head dims, heads, causal, scale) and kept: the hot path is
-the argument checks, a dict lookup, torch.empty for the outputs, one argument struct and one C call
-(docs/PERFORMANCE.md: per-call overhead)."""
+Kernels are looked up once per (runtime, device, dtype, head dims, heads, causal, scale) and kept. A plain eager
+call skips the dispatcher, and one that repeats an earlier call's signature its checks too (_prepared): the hot path
+is a dict lookup, torch.empty for the outputs, a copy of the checked argument struct and one C call
+(docs/PERFORMANCE.md: host cost per call)."""
 import ctypes
 import math
 import numbers
@@ -33,6 +34,8 @@ if not _has_custom_ops(str(getattr(torch, "__version__", ""))):
     raise ImportError(f"rtattn's torch ops need torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (torch.library.custom_op); "
                       f"this is torch {getattr(torch, '__version__', '(no version)')}. rtattn's configs, plan, "
                       "precompile and info work with any torch, or none.")
+
+from . import _prepared  # noqa: E402 (after the version check: it reads torch._C)
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _lock = threading.Lock()
@@ -253,19 +256,11 @@ def _backward_kernel(*config) -> _api.BackwardKernel:
     return _cached("get_backward", *config)
 
 
-def _tensor(x: torch.Tensor) -> "_lib.Tensor":
-    # torch's strides are int64 and its pointers fit a void*, as the struct's fields: nothing can wrap here.
-    # A dim of extent 1 is never stepped over, and torch may give it any stride (unsqueeze, expand): pass 0.
-    n, s = x.shape, x.stride()
-    return _lib.Tensor(x.data_ptr(), s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0, s[2] if n[2] > 1 else 0)
-
+_tensor = _prepared.tensor_arg
 
 _ARGS_SIZE = ctypes.sizeof(_lib.ForwardArgs)
 _BWD_ARGS_SIZE = ctypes.sizeof(_lib.BackwardArgs)
-# The current stream as a raw handle without building a torch.cuda.Stream object (a few µs per call); the public
-# call where this private one is missing.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
-    (lambda device: torch.cuda.current_stream(device).cuda_stream)
+_raw_stream = _prepared.raw_stream
 
 
 # Few queries against many keys run the decode kernels: a KV group's query heads share one read of K/V and the keys
@@ -279,7 +274,7 @@ _ROUTE_MIN_KEYS = 2048
 _NO_DECODE = set()  # configs whose decode kernel cannot be had (cache-only mode, no tile, a compile error)
 
 
-def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes, want_lse=True):
+def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes, want_lse=True, record=None):
     """O and LSE through the decode kernels, the whole K/V as a dense cache; None when they cannot serve the call
     (cache-only mode without their kernel, no decode tile for the config on this arch, or arguments only the prefill
     kernel takes): the prefill kernel runs instead, and refuses what it refuses."""
@@ -290,7 +285,7 @@ def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_
         return None
     try:
         return _serving._kvcache_run(q, k, v, None, None, k.shape[1], causal, softmax_scale, 0, window, sinks,
-                                     softcap, alibi_slopes, want_lse=want_lse)
+                                     softcap, alibi_slopes, want_lse=want_lse, record=record)
     except (_api.CacheMissError, _api.ConfigError, _api.CompileError):
         _NO_DECODE.add(key)  # asked again per call, a miss would cost a disk lookup and an exception each time
         return None
@@ -299,12 +294,14 @@ def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_
 
 
 def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None, softcap=0.0,
-         alibi_slopes=None):
-    """Allocates the outputs and launches on the current stream of q's device (made current by the caller)."""
+         alibi_slopes=None, record=None):
+    """Allocates the outputs and launches on the current stream of q's device (made current by the caller). record:
+    a list that gets the launch's (kernel, args, workspace bytes), for _prepared.store."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     if 0 < sq <= _DECODE_MAX_Q and _ROUTE_MIN_KEYS <= sk <= INT32_MAX and b > 0:  # else: named errors below
-        routed = _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes, return_lse)
+        routed = _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_slopes, return_lse,
+                               record)
         if routed is not None:
             return routed[0], routed[1] if return_lse else lse_placeholder(q)
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
@@ -325,11 +322,13 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
                 ArgumentError, batch=b, seqlen_q=sq, seqlen_k=sk, **_window_args(causal, *window),
                 **_sinks_args(sinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
+    if record is not None:
+        record.append((kernel, args, 0, None))
     return o, lse
 
 
 def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None,
-             softcap=0.0, alibi_slopes=None):
+             softcap=0.0, alibi_slopes=None, record=None):
     _check(q, k, v, causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[2])
     softcap = _check_softcap(softcap)
@@ -338,7 +337,8 @@ def _forward(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window
         with torch.cuda.device(q.device):  # the kernel is loaded into, and launched in, q's device's context
             return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap,
                         alibi_slopes)
-    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap, alibi_slopes)
+    return _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window, sinks, softcap, alibi_slopes,
+                record)
 
 
 
@@ -558,15 +558,39 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     on q's device: the scaled (and capped) score of query i and key j loses slope * |i + seqlen_k - seqlen_q - j|
     before the mask and the softmax (the LSE includes the bias). Differentiable in q, k, v; the slopes are constants
     (no gradient)."""
+    eager = _plain_eager(q, k, v, sinks, alibi_slopes)
+    key = route = None
+    if eager and k.dim() == 4 and v.dim() == 4 and _prepared.plain_options(
+            causal, softmax_scale, softcap, window_size, return_lse, deterministic) and _prepared.on_current_device(q):
+        # The keys' count and K/V's strides stay out of the signature: a decode loop's keys grow call by call.
+        ks, vs = k.shape, v.shape
+        key = ("attention", _prepared.meta(q), (ks[0], ks[2], ks[3], k.stride(3), k.dtype, k.device),
+               (vs[0], vs[2], vs[3], v.stride(3), v.dtype, v.device), _prepared.meta(sinks),
+               _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size, return_lse)
+        sk = ks[1]
+        route = q.shape[1] <= _DECODE_MAX_Q and sk >= _ROUTE_MIN_KEYS  # as _run decides (q's shape is in the key)
+        p = _prepared.table().get(key)
+        if p is not None and vs[1] == sk and 0 < sk <= p.max_keys and route == p.route:
+            # This signature's checks passed before: allocate, set the pointers and the keys, launch.
+            try:
+                o, lse = _prepared.launch(p, q, k, v, return_lse, sk, True, sinks=_sinks_f32(sinks),
+                                          alibi_slopes=alibi_slopes)
+                return (o, lse) if return_lse else o
+            except ArgumentError:
+                pass  # a pointer the kernel refuses: the full path decides (a decode kernel's refusal takes the prefill
+                #       kernel there) and names what it refuses
     boolean("deterministic", deterministic, ArgumentError)
     boolean("return_lse", return_lse, ArgumentError)
     boolean("causal", causal, ArgumentError)
     window = _window(window_size, causal)
     softcap = _check_softcap(softcap)
-    if _plain_eager(q, k, v, sinks, alibi_slopes):
+    if eager:
         # The same implementation without the dispatcher's round trip through the custom op (about half the
-        # per-call host cost; docs/PERFORMANCE.md).
-        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks, softcap, alibi_slopes)
+        # per-call host cost; docs/PERFORMANCE.md); the launch's struct kept for the signature's next calls.
+        record = [] if key is not None else None
+        o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks, softcap, alibi_slopes,
+                          record)
+        _prepared.store(key, record, o, lse, route=route)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         _check_sinks(sinks, q, q.shape[2])

@@ -578,6 +578,54 @@ def test_kvcache_eager_path_matches_the_op(page_size, sq, monkeypatch):
         assert took[-1] is False and torch.equal(o_mode, o)
 
 
+@pytest.mark.parametrize("page_size, sq", [(0, 1), (16, 1), (16, 40)])
+def test_a_repeated_kvcache_call_launches_its_checked_struct(page_size, sq, monkeypatch):
+    """A cache call whose shapes, strides, dtypes, device and options repeat an earlier one's (a decode loop's next
+    step) launches the struct that call filled (rtattn._prepared): new data and new lengths (device values) give the
+    op's bits, sinks, cap and slopes included; a bad argument after a good call is still refused by name."""
+    from rtattn import _prepared
+    launched = []
+    real = _prepared.launch
+    monkeypatch.setattr(_prepared, "launch", lambda *a, **kw: launched.append(1) or real(*a, **kw))
+    q, kc, vc, seqlens, table, _, _ = decode_setup([300, 77, 129], page_size, 8, 2, 128, torch.bfloat16, sq=sq,
+                                                   seed=7)
+    g = torch.Generator(device="cuda").manual_seed(8)
+    sinks, alibi = torch.randn(8, device="cuda", generator=g), torch.rand(8, device="cuda", generator=g) * 0.1
+    lens2 = torch.tensor([120, 45, 129], dtype=torch.int32, device="cuda")
+    with torch.no_grad():
+        for extras in ({}, dict(sinks=sinks, softcap=20.0, alibi_slopes=alibi, window_size=(64, 0))):
+            kw = dict(causal=True, max_seqlen_k=303, **extras)
+            rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, **kw)  # the signature's first call
+            n = len(launched)
+            q2 = torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=g)
+            o, lse = rtattn.attention_with_kvcache(q2, kc, vc, lens2, table, return_lse=True, **kw)  # first, with LSE
+            o = rtattn.attention_with_kvcache(q2, kc, vc, lens2, table, **kw)
+            assert len(launched) == n + 1, "the repeated call did not take its prepared launch"
+            o_op, lse_op = torch.ops.rtattn.attention_with_kvcache(
+                q2, kc, vc, lens2, table, 303, True, None, 0, *kw.get("window_size", (-1, -1)), extras.get("sinks"),
+                extras.get("softcap", 0.0), extras.get("alibi_slopes"))
+            assert torch.isfinite(o).all() and torch.equal(o, o_op)
+            o, lse = rtattn.attention_with_kvcache(q2, kc, vc, lens2, table, return_lse=True, **kw)
+            assert len(launched) == n + 2 and torch.equal(o, o_op) and torch.equal(lse, lse_op)
+            # max_seqlen_k is no part of the signature: a server's bound that moves step by step (the split count and
+            # the workspace follow it); a bound past the cache's capacity takes the full path, which refuses it (below).
+            for max_k in (200, 130, 303):
+                got = rtattn.attention_with_kvcache(q2, kc, vc, lens2 // 2 + 1, table, **{**kw, "max_seqlen_k": max_k})
+                want, _ = torch.ops.rtattn.attention_with_kvcache(
+                    q2, kc, vc, lens2 // 2 + 1, table, max_k, True, None, 0, *kw.get("window_size", (-1, -1)),
+                    extras.get("sinks"), extras.get("softcap", 0.0), extras.get("alibi_slopes"))
+                assert len(launched) == n + 3 and torch.equal(got, want)
+                n += 1
+        for bad, field in [(dict(cache_seqlens=seqlens.long()), "cache_seqlens"), (dict(num_splits=200), "num_splits"),
+                           (dict(causal=1), "causal"), (dict(max_seqlen_k=True), "max_seqlen_k"),
+                           (dict(max_seqlen_k=10 ** 6), "max_seqlen_k"), (dict(return_lse=1), "return_lse")] + (
+                [(dict(block_table=table.long()), "block_table")] if table is not None else []):
+            with pytest.raises(rtattn.ArgumentError) as e:
+                rtattn.attention_with_kvcache(q, kc, vc, **{"cache_seqlens": seqlens, "block_table": table,
+                                                            "causal": True, "max_seqlen_k": 303, **bad})
+            assert e.value.field == field, bad
+
+
 @pytest.mark.parametrize("sq, causal, extras", [(1, False, False), (16, True, False), (4, True, True)])
 def test_attention_with_few_queries_runs_the_decode_kernels(sq, causal, extras):
     """rtattn.attention with a few query tokens against thousands of keys takes the decode kernels (the runtime then

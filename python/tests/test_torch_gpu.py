@@ -327,6 +327,62 @@ def test_the_op_and_the_eager_path_agree():
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
 
 
+def test_a_repeated_call_launches_its_checked_struct_and_anything_new_is_checked(monkeypatch):
+    """An eager call whose shapes, strides, dtypes, device and options repeat an earlier one's launches the struct that
+    call filled (rtattn._prepared): the op's bits on new data, the decode route's too; the library still checks each
+    launch's pointers, and options of other types or a new layout are checked anew and refused by name."""
+    from rtattn import _prepared
+    launched = []
+    real = _prepared.launch
+    monkeypatch.setattr(_prepared, "launch", lambda *a, **kw: launched.append(1) or real(*a, **kw))
+    for sq, sk in ((200, 300), (3, 4096)):  # the prefill kernel; few queries: the decode kernels
+        first = make(2, sq, sk, 6, 2, 100, 100, torch.bfloat16, seed=41)
+        q, k, v = make(2, sq, sk, 6, 2, 100, 100, torch.bfloat16, seed=42)
+        kw = dict(causal=True, window_size=(150, 0))
+        with torch.no_grad():
+            for return_lse in (False, True):
+                rtattn.attention(*first, return_lse=return_lse, **kw)  # the signature's first call
+                n = len(launched)
+                out = rtattn.attention(q, k, v, return_lse=return_lse, **kw)
+                assert len(launched) == n + 1, "the repeated call did not take its prepared launch"
+                o_op, lse_op = torch.ops.rtattn.attention(q, k, v, True, None, False, 150, 0)
+                o, lse = out if return_lse else (out, lse_op)
+                assert torch.isfinite(o).all() and torch.equal(o, o_op) and torch.equal(lse, lse_op)
+            # Keys that grow call by call (a decode loop's), as slices or as new tensors: the same prepared launch,
+            # the op's bits; past the decode kernels' threshold of keys a new signature (the full path decides).
+            for grow in (1, 7):
+                kg = torch.cat([k, k[:, :grow]], 1)
+                vg = torch.cat([v, v[:, :grow]], 1)
+                for kk, vv in ((kg, vg), (kg[:, :sk + grow - 1], vg[:, :sk + grow - 1])):
+                    n = len(launched)
+                    got = rtattn.attention(q, kk, vv, **kw)
+                    assert len(launched) == n + 1 and torch.equal(
+                        got, torch.ops.rtattn.attention(q, kk, vv, True, None, False, 150, 0)[0])
+            # The same signature with q two bytes off a 16-byte boundary: the library refuses the pointer.
+            buf = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)
+            shifted = buf[1:].view(q.shape).copy_(q)
+            assert shifted.stride() == q.stride()
+            with pytest.raises(rtattn.ArgumentError) as e:
+                rtattn.attention(shifted, k, v, **kw)
+            assert e.value.field == "q.ptr"
+            # Equal options of other types match no checked signature: checked and refused.
+            for bad, field in [(dict(causal=1), "causal"),
+                               (dict(window_size=(150.0, 0)), "window_size"),
+                               (dict(window_size=(True, 0)), "window_size"),
+                               (dict(return_lse=1), "return_lse"), (dict(deterministic=0), "deterministic"),
+                               (dict(softmax_scale=True), "softmax_scale")]:
+                with pytest.raises(rtattn.ArgumentError) as e:
+                    rtattn.attention(q, k, v, **{**kw, **bad})
+                assert e.value.field == field, bad
+            # K in another layout (a strided view, 8-byte aligned: the library loads it without TMA) takes the same
+            # prepared launch, K/V's strides being set per call, and gives the op's bits for that layout.
+            kt = torch.empty(2, sk, 4, 100, device="cuda", dtype=k.dtype)[:, :, 1:3].copy_(k)
+            o_kt, _ = torch.ops.rtattn.attention(q, kt, v, True, None, False, 150, 0)
+            n = len(launched)
+            assert all(torch.equal(rtattn.attention(q, kt, v, **kw), o_kt) for _ in range(2))
+            assert len(launched) == n + 2 and rel_err(o_kt, o_op.double()) < 1e-2
+
+
 def test_what_is_recorded_or_transformed_is_never_silently_dropped():
     """Forward-mode AD and torch.func transforms are refused (there is a reverse-mode backward only), never answered
     with a result that silently lacks its tangent or gradient."""

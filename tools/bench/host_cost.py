@@ -1,0 +1,59 @@
+"""Host cost per Python call (docs/PERFORMANCE.md): tiny problems, so the GPU idles between launches and the wall
+clock per call is the host's; 300 calls between syncs, rounds interleaved over the calls, median of rounds. Needs
+torch and a GPU; run with PYTHONPATH=python RTATTN_LIBRARY=<librtattn.so>. Prints one line per call, then a JSON line.
+
+Calls (bf16, d128, 16 query heads on 4): rtattn.attention with 32 queries on 256 keys (the prefill kernel) and one
+query on 2048 keys (routed to the decode kernels); attention_with_kvcache with lengths, one query (decode) from a dense
+and a 16-row paged cache, and 32 queries (a cache's prefill); PyTorch SDPA on the same prefill and decode shapes."""
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import rtattn
+
+DT, B, HQ, HKV, D = torch.bfloat16, 2, 16, 4, 128
+CALLS, ROUNDS = 300, int(sys.argv[1]) if len(sys.argv) > 1 else 7
+
+
+def rand(*shape):
+    return torch.randn(*shape, device="cuda", dtype=DT)
+
+
+q32, q1 = rand(B, 32, HQ, D), rand(B, 1, HQ, D)
+k, v = rand(B, 256, HKV, D), rand(B, 256, HKV, D)
+k2k, v2k = rand(B, 2048, HKV, D), rand(B, 2048, HKV, D)
+lens = torch.full((B,), 256, dtype=torch.int32, device="cuda")
+pk, pv = k.reshape(B * 16, 16, HKV, D).contiguous(), v.reshape(B * 16, 16, HKV, D).contiguous()
+table = torch.arange(B * 16, device="cuda", dtype=torch.int32).view(B, 16)
+t = lambda x: x.transpose(1, 2)  # noqa: E731 (SDPA's [batch, heads, seq, dim])
+
+calls = {
+    "attention prefill": lambda: rtattn.attention(q32, k, v, causal=True),
+    "attention 1 query (decode route)": lambda: rtattn.attention(q1, k2k, v2k),
+    "kvcache decode dense": lambda: rtattn.attention_with_kvcache(q1, k, v, lens),
+    "kvcache decode paged16": lambda: rtattn.attention_with_kvcache(q1, pk, pv, lens, block_table=table),
+    "kvcache prefill dense": lambda: rtattn.attention_with_kvcache(q32, k, v, lens, causal=True),
+    "sdpa prefill": lambda: F.scaled_dot_product_attention(t(q32), t(k), t(v), is_causal=True, enable_gqa=True),
+    "sdpa 1 query": lambda: F.scaled_dot_product_attention(t(q1), t(k), t(v), enable_gqa=True),
+}
+with torch.no_grad():
+    for fn in calls.values():
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+    rounds = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                fn()
+            rounds[name].append((time.perf_counter() - start) / CALLS * 1e6)
+            torch.cuda.synchronize()
+us = {name: round(statistics.median(r), 2) for name, r in rounds.items()}
+for name, x in us.items():
+    print(f"{name:34s} {x:7.2f} us per call")
+print(json.dumps({"host_us_per_call": us, "rounds": ROUNDS, "calls_per_round": CALLS}))
