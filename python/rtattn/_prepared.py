@@ -104,11 +104,11 @@ def store(key, record, o, lse, max_keys=INT32_MAX, route=None) -> None:
 
 
 def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=None, block_table=None, sinks=None,
-           alibi_slopes=None):
+           alibi_slopes=None, k_new=None, v_new=None):
     """O (and LSE with want_lse) of a call whose signature `p` was made from, over seqlen_k keys (1..p.max_keys:
     the caller checks). kv_layout: k and v's strides are this call's (rtattn.attention's keys, whose length is not
     in the signature), else the signature's. sinks: already float32 and contiguous (_sinks_f32), as the signature's
-    first call passed them."""
+    first call passed them. k_new, v_new: an append's new rows (their layout the signature's)."""
     o = torch.empty(p.o_shape, dtype=p.dtype, device=p.device)
     a = _lib.ForwardArgs.from_buffer_copy(p.template)
     a.q.ptr, a.o.ptr = q.data_ptr(), o.data_ptr()
@@ -129,6 +129,8 @@ def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=No
         a.sinks = sinks.data_ptr()
     if alibi_slopes is not None:
         a.alibi_slopes = alibi_slopes.data_ptr()
+    if k_new is not None:
+        a.k_new.ptr, a.v_new.ptr = k_new.data_ptr(), v_new.data_ptr()
     ws_bytes = p.ws_bytes if p.decode is None else workspace_bytes(p.kernel, p.decode[0], p.decode[1], seqlen_k,
                                                                    p.decode[2])
     if ws_bytes:

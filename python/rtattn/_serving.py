@@ -357,6 +357,16 @@ _kvcache_append_op.register_fake(_kvcache_fake)
 
 _LIB_ARGS_SIZE = []  # the loaded librtattn's own rtattn_forward_args size, once asked
 
+# Where it is missing (another torch version), appends take the op, whose mutates_args bumps the counters.
+_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+
+
+def _written(k_cache, v_cache) -> None:
+    """An eager append wrote the caches: their version counters move, so autograd refuses a backward through a tensor
+    saved before the write, as after any in-place op."""
+    _increment_version(k_cache)
+    _increment_version(v_cache)
+
 
 def _library_appends() -> bool:
     """Whether the loaded librtattn reads the append's fields: an older one reads its own, shorter struct and would
@@ -419,7 +429,9 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     place among its sequence's keys (cache_seqlens + seqlen_new - seqlen_q + t), as flash_attn_with_kvcache's."""
     eager = _plain_eager(q, k_cache, v_cache, sinks, alibi_slopes)
     key = None
-    if eager and k is None and v is None and type(num_splits) is int and all(
+    appends = type(k) is torch.Tensor and type(v) is torch.Tensor and k.dim() == 4 and k.shape[1] > 0 and not (
+        torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)) and _increment_version is not None
+    if eager and (appends or (k is None and v is None)) and type(num_splits) is int and all(
             t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table)) and (
             max_seqlen_k is None or type(max_seqlen_k) is int) and _prepared.plain_options(
             causal, softmax_scale, softcap, window_size, return_lse) and _prepared.on_current_device(q):
@@ -427,14 +439,17 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         key = ("kvcache", _prepared.meta(q), _prepared.meta(k_cache), _prepared.meta(v_cache),
                _prepared.meta(cache_seqlens), _prepared.meta(block_table), _prepared.meta(sinks),
                _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size, return_lse, num_splits,
-               max_seqlen_k is None)
+               max_seqlen_k is None, _prepared.meta(k), _prepared.meta(v))
         p = _prepared.table().get(key)
         if p is not None:
             max_k = p.max_keys if max_seqlen_k is None else max_seqlen_k
-            if 0 < max_k <= p.max_keys:  # this signature's checks passed before: allocate, set pointers, launch
+            if 0 < max_k <= p.max_keys and (not appends or k.shape[1] <= max_k):
+                # This signature's checks passed before: allocate, set the pointers, launch.
                 try:
                     o, lse = _prepared.launch(p, q, k_cache, v_cache, return_lse, max_k, False, cache_seqlens,
-                                              block_table, _sinks_f32(sinks), alibi_slopes)
+                                              block_table, _sinks_f32(sinks), alibi_slopes, k, v)
+                    if appends:
+                        _written(k_cache, v_cache)
                     return (o, lse) if return_lse else o
                 except ArgumentError:  # a pointer the kernel refuses: the full path names it
                     pass
@@ -479,14 +494,24 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, sinks, k, v)):
         raise NotImplementedError("attention_with_kvcache is inference only (no backward): call it under "
                                   "torch.no_grad() or with tensors that do not require grad")
-    if k is not None and k.shape[1] > 0:
+    plain = eager and all(t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table))
+    if appends and plain:
+        # The append op's body without the dispatcher (the caches' version counters bumped here, as the op's
+        # mutates_args does); the launch's struct kept for the signature's next calls.
+        if not _library_appends():
+            raise ArgumentError("k: the loaded librtattn predates the KV append (k, v); upgrade it", "k")
+        record = [] if key is not None else None
+        o, lse = _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
+                            softmax_scale, num_splits, window, sinks, softcap, alibi_slopes, k, v, return_lse, record)
+        _written(k_cache, v_cache)
+        _prepared.store(key, record, o, lse, max_keys=min(capacity, INT32_MAX))
+    elif k is not None and k.shape[1] > 0:
         o, lse = torch.ops.rtattn.attention_with_kvcache_append(q, k_cache, v_cache, cache_seqlens, block_table,
                                                                 max_seqlen_k, causal, softmax_scale, num_splits,
                                                                 *window, sinks, softcap, alibi_slopes, k, v)
-    elif eager and all(t is None or type(t) is torch.Tensor for t in (cache_seqlens, block_table)):
+    elif plain:
         # The op's body without the dispatcher's round trip, as rtattn.attention's eager path (its arguments are
-        # checked above; the launch's struct kept for the signature's next calls). The append keeps the op: it
-        # writes the caches, whose version counters the op bumps.
+        # checked above; the launch's struct kept for the signature's next calls).
         record = [] if key is not None else None
         o, lse = _on_device(q, _kvcache_run, q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, causal,
                             softmax_scale, num_splits, window, sinks, softcap, alibi_slopes, None, None, return_lse,

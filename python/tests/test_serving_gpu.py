@@ -411,6 +411,37 @@ def test_decode_step_in_a_cuda_graph_and_compiled():
         assert rel_err(out[i:i + 1], ref_o) < TOL[torch.float16]
 
 
+def test_a_32_layer_decode_step_in_one_cuda_graph_replays_with_new_lengths():
+    """A decode step of a 32-layer model (an attention_with_kvcache per layer, each layer's own paged cache, one
+    lengths tensor for all, as a server holds them) captured in one CUDA graph, then replayed with new lengths and
+    new queries written into the captured ones: each layer's attention over its sequences' first lengths keys."""
+    lens = [300, 77, 129]
+    layers = [decode_setup(lens, 16, 8, 2, 64, torch.bfloat16, seed=100 + i) for i in range(32)]
+    seqlens = layers[0][3]
+    step = lambda: [rtattn.attention_with_kvcache(q, kc, vc, seqlens, table, max_seqlen_k=303)
+                    for q, kc, vc, _, table, _, _ in layers]
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            step()  # warm: kernels loaded, every layer's signature seen
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = step()
+        new = [299, 50, 1]
+        seqlens.copy_(torch.tensor(new, dtype=torch.int32))
+        g = torch.Generator(device="cuda").manual_seed(3)
+        for layer in layers:
+            layer[0].copy_(torch.randn(layer[0].shape, device="cuda", dtype=layer[0].dtype, generator=g))
+        graph.replay()
+        torch.cuda.synchronize()
+    for (q, _, _, _, _, ks, vs), out in zip(layers, outs):
+        for i, n in enumerate(new):
+            ref_o, _ = sdpa_reference(q[i:i + 1], ks[i][None, :n], vs[i][None, :n], False, 1 / math.sqrt(64))
+            assert rel_err(out[i:i + 1], ref_o) < TOL[torch.bfloat16]
+
+
 def test_decode_errors_name_the_argument():
     q, kc, vc, seqlens, table, _, _ = decode_setup([10, 20], 16, 4, 2, 64, torch.bfloat16)
     with torch.no_grad():
@@ -624,6 +655,36 @@ def test_a_repeated_kvcache_call_launches_its_checked_struct(page_size, sq, monk
                 rtattn.attention_with_kvcache(q, kc, vc, **{"cache_seqlens": seqlens, "block_table": table,
                                                             "causal": True, "max_seqlen_k": 303, **bad})
             assert e.value.field == field, bad
+
+
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_an_eager_append_writes_what_the_op_writes_and_bumps_the_versions(page_size, monkeypatch):
+    """attention_with_kvcache(k=, v=) in plain eager mode runs the append op's body without the dispatcher, its
+    repeated steps from a prepared launch: the op's output and cache rows, and the caches' version counters moved
+    (autograd then refuses a backward through a tensor saved before the write, as after an in-place op)."""
+    from rtattn import _prepared
+    launched = []
+    real = _prepared.launch
+    monkeypatch.setattr(_prepared, "launch", lambda *a, **kw: launched.append(1) or real(*a, **kw))
+    q, kc, vc, seqlens, table, _, _ = decode_setup([300, 77, 129], page_size, 8, 2, 64, torch.bfloat16, seed=11)
+    g = torch.Generator(device="cuda").manual_seed(12)
+    x = torch.ones(1, device="cuda", dtype=kc.dtype, requires_grad=True)
+    saved = (x * kc[0, :1, 0, :1]).sum()  # keeps a view of k_cache for its backward
+    for step in range(3):
+        k_new, v_new = (torch.randn(3, 1, 2, 64, device="cuda", dtype=kc.dtype, generator=g) for _ in range(2))
+        lens = seqlens + step  # each step appends after the last
+        kc_op, vc_op = kc.clone(), vc.clone()
+        with torch.no_grad():
+            want, _ = torch.ops.rtattn.attention_with_kvcache_append(q, kc_op, vc_op, lens, table, 303, False, None, 0,
+                                                                     -1, -1, None, 0.0, None, k_new, v_new)
+            n, versions = len(launched), (kc._version, vc._version)
+            got = rtattn.attention_with_kvcache(q, kc, vc, lens, table, max_seqlen_k=303, k=k_new, v=v_new)
+        assert len(launched) == n + (step > 0), "a repeated append did not take its prepared launch"
+        assert torch.isfinite(got).all() and torch.equal(got, want)
+        assert torch.equal(kc.nan_to_num(), kc_op.nan_to_num()) and torch.equal(vc.nan_to_num(), vc_op.nan_to_num())
+        assert kc._version > versions[0] and vc._version > versions[1]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
 
 
 @pytest.mark.parametrize("sq, causal, extras", [(1, False, False), (16, True, False), (4, True, True)])
