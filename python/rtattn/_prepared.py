@@ -33,6 +33,12 @@ def tensor_arg(x: torch.Tensor) -> "_lib.Tensor":
     return _lib.Tensor(x.data_ptr(), s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0, s[2] if n[2] > 1 else 0)
 
 
+def packed_arg(x: torch.Tensor) -> "_lib.Tensor":
+    """A packed [total, heads, dim] tensor (varlen) as the library's [batch, seq, head] strides (batch stride 0)."""
+    n, s = x.shape, x.stride()
+    return _lib.Tensor(x.data_ptr(), 0, s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0)
+
+
 _WORKSPACE_BYTES = {}  # (kernel, sizes) -> bytes: a pure function of them, asked once per decode step
 
 
@@ -117,22 +123,39 @@ def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=No
     else:
         a.k.ptr, a.v.ptr = k.data_ptr(), v.data_ptr()
     a.seqlen_k = seqlen_k
-    lse = None
-    if want_lse:
-        lse = torch.empty(p.lse_shape, dtype=torch.float32, device=p.device)
-        a.lse = lse.data_ptr()
     if seqlens is not None:
         a.seqlens_k = seqlens.data_ptr()
     if block_table is not None:
         a.block_table = block_table.data_ptr()
-    if sinks is not None:
-        a.sinks = sinks.data_ptr()
-    if alibi_slopes is not None:
-        a.alibi_slopes = alibi_slopes.data_ptr()
     if k_new is not None:
         a.k_new.ptr, a.v_new.ptr = k_new.data_ptr(), v_new.data_ptr()
     ws_bytes = p.ws_bytes if p.decode is None else workspace_bytes(p.kernel, p.decode[0], p.decode[1], seqlen_k,
                                                                    p.decode[2])
+    return o, _finish(p, a, p.lse_shape if want_lse else None, sinks, alibi_slopes, ws_bytes)
+
+
+def launch_varlen(p: Prepared, q, k, v, want_lse, max_q, max_k, cu_q, cu_k, sinks=None, alibi_slopes=None):
+    """launch() for a packed batch (attention_varlen): every sequence's count and length per call (the totals and
+    the longest of each, 1..INT32_MAX: the caller checks), the layouts the call's."""
+    total_q, total_k = q.shape[0], k.shape[0]
+    o = torch.empty((total_q,) + p.o_shape[1:], dtype=p.dtype, device=p.device)
+    a = _lib.ForwardArgs.from_buffer_copy(p.template)
+    a.q, a.k, a.v, a.o = packed_arg(q), packed_arg(k), packed_arg(v), packed_arg(o)
+    a.seqlen_q, a.seqlen_k, a.total_q, a.total_k = max_q, max_k, total_q, total_k
+    a.cu_seqlens_q, a.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+    return o, _finish(p, a, (p.lse_shape[0], total_q) if want_lse else None, sinks, alibi_slopes, 0)
+
+
+def _finish(p: Prepared, a, lse_shape, sinks, alibi_slopes, ws_bytes):
+    """The LSE, the options' pointers and the workspace, then the launch; returns the LSE (None without)."""
+    lse = None
+    if lse_shape is not None:
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=p.device)
+        a.lse = lse.data_ptr()
+    if sinks is not None:
+        a.sinks = sinks.data_ptr()
+    if alibi_slopes is not None:
+        a.alibi_slopes = alibi_slopes.data_ptr()
     if ws_bytes:
         # Freed as this returns: torch's allocator orders its reuse after the launch on this stream.
         workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=p.device)
@@ -142,4 +165,4 @@ def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=No
     status = p.forward(p.handle, ctypes.byref(a), raw_stream(p.device.index))
     if status:
         _api._raise(status)
-    return o, lse
+    return lse

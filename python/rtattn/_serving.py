@@ -26,10 +26,12 @@ from . import _prepared  # after _torch, whose torch version check comes first: 
 _MERGE_ARGS_SIZE = ctypes.sizeof(_lib.MergeArgs)
 
 
-def _packed(x: torch.Tensor) -> "_lib.Tensor":
-    """A [total, heads, dim] tensor as the library's [batch, seq, head] strides (batch stride 0)."""
-    n, s = x.shape, x.stride()
-    return _lib.Tensor(x.data_ptr(), 0, s[0] if n[0] > 1 else 0, s[1] if n[1] > 1 else 0)
+_packed = _prepared.packed_arg
+
+
+def _tail(t: torch.Tensor):
+    """A packed tensor's part of a signature: all but its total and its layout (set per call)."""
+    return t.shape[1:], t.stride(-1), t.dtype, t.device
 
 
 def _check_inputs(tensors, dims: int, layout: str) -> None:
@@ -96,23 +98,28 @@ def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
 
 
 def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0,
-                alibi_slopes=None):
+                alibi_slopes=None, want_lse=True, record=None):
+    """O and LSE (None without want_lse). record: a list that gets the launch's (kernel, args, workspace bytes), for
+    _prepared.store."""
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
-    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if want_lse else None
     if tq == 0 or max_q == 0:
         return o, lse
     if tk == 0 or max_k == 0:  # no sequence has a key: the library's convention for keyless rows
-        return o.zero_(), _keyless_lse(lse, sinks, (hq, 1))
+        return o.zero_(), lse if lse is None else _keyless_lse(lse, sinks, (hq, 1))
     sinks = _sinks_f32(sinks)
     kernel = _cached("get", q.device, q.dtype, d, dv, hq, hkv, causal, scale,
                      ("varlen",) + _local(causal, *window) + _sinks_flag(sinks) + _softcap_flag(softcap) +
                      _alibi_flag(alibi_slopes))
-    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o), lse.data_ptr()),
+    args = fill(_lib.ForwardArgs(_ARGS_SIZE, _packed(q), _packed(k), _packed(v), _packed(o),
+                                 lse.data_ptr() if want_lse else None),
                 ArgumentError, **_varlen_fields(q, k, cu_q, cu_k, max_q, max_k), **_window_args(causal, *window),
                 **_sinks_args(sinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
+    if record is not None:
+        record.append((kernel, args, 0, None))
     return o, lse
 
 
@@ -241,6 +248,28 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     logit softcapping, as rtattn.attention's (differentiable). alibi_slopes: ALiBi, as rtattn.attention's: float32
     [heads_q] or [batch, heads_q] (batch = the number of sequences), the distance per sequence (bottom-right
     aligned); no gradient for the slopes."""
+    eager = _plain_eager(q, k, v, sinks, alibi_slopes) and type(cu_seqlens_q) is torch.Tensor and \
+        type(cu_seqlens_k) is torch.Tensor
+    key = None
+    if eager and q.dim() == 3 and k.dim() == 3 and v.dim() == 3 and type(max_seqlen_q) is int and \
+            type(max_seqlen_k) is int and _prepared.plain_options(causal, softmax_scale, softcap, window_size,
+                                                                 return_lse, deterministic) and \
+            _prepared.on_current_device(q):
+        # The totals, the longest sequences and the layouts stay out of the signature: a server's batches differ in
+        # every one of them.
+        key = ("varlen", _tail(q), _tail(k), _tail(v), _prepared.meta(cu_seqlens_q), _prepared.meta(cu_seqlens_k),
+               _prepared.meta(sinks), _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size,
+               return_lse)
+        p = _prepared.table().get(key)
+        if p is not None and v.shape[0] == k.shape[0] and q.shape[0] > 0 and k.shape[0] > 0 and \
+                0 < max_seqlen_q <= INT32_MAX and 0 < max_seqlen_k <= INT32_MAX:
+            # This signature's checks passed before: allocate, set the pointers and sizes, launch.
+            try:
+                o, lse = _prepared.launch_varlen(p, q, k, v, return_lse, max_seqlen_q, max_seqlen_k, cu_seqlens_q,
+                                                 cu_seqlens_k, _sinks_f32(sinks), alibi_slopes)
+                return (o, lse) if return_lse else o
+            except ArgumentError:  # a pointer the kernel refuses: the full path names it
+                pass
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale)
     _check_sinks(sinks, q, q.shape[1])
@@ -249,6 +278,14 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     boolean("return_lse", return_lse, ArgumentError)
     window = _window(window_size, causal)
     softcap = _check_softcap(softcap)
+    if eager:
+        # The op's body without the dispatcher (nothing to record for autograd, as rtattn.attention's eager path);
+        # the launch's struct kept for the signature's next calls.
+        record = [] if key is not None else None
+        o, lse = _on_device(q, _varlen_run, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                            softmax_scale, window, sinks, softcap, alibi_slopes, return_lse, record)
+        _prepared.store(key, record, o, lse)
+        return (o, lse) if return_lse else o
     o, lse = torch.ops.rtattn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                causal, softmax_scale, deterministic, *window, sinks, softcap,
                                                alibi_slopes)

@@ -296,6 +296,40 @@ def test_varlen_under_torch_compile_and_errors():
         assert e.value.field == "softcap"
 
 
+def test_a_repeated_varlen_call_launches_its_checked_struct(monkeypatch):
+    """attention_varlen in plain eager mode (inference) runs the op's body without the dispatcher; a call whose
+    signature repeats an earlier one's (all but the totals, the longest sequences and the layouts) launches the
+    struct that call filled: the op's bits for batches of other lengths; a bad argument after a good call is still
+    refused by name."""
+    from rtattn import _prepared
+    launched = []
+    real = _prepared.launch_varlen
+    monkeypatch.setattr(_prepared, "launch_varlen", lambda *a, **kw: launched.append(1) or real(*a, **kw))
+    first = packed_batch([100, 50], [120, 60], 8, 2, 128, torch.bfloat16, seed=21)
+    with torch.no_grad():
+        for return_lse in (False, True):
+            rtattn.attention_varlen(*first, 100, 120, causal=True, return_lse=return_lse)  # the signature's first
+            for lens_q, lens_k in (([3, 90], [200, 95]), ([1, 1], [3000, 17])):
+                q, k, v, cu_q, cu_k = packed_batch(lens_q, lens_k, 8, 2, 128, torch.bfloat16, seed=22)
+                n = len(launched)
+                out = rtattn.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                              return_lse=return_lse)
+                assert len(launched) == n + 1, "the repeated call did not take its prepared launch"
+                o_op, lse_op = torch.ops.rtattn.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), True,
+                                                                 None, False)
+                o, lse = out if return_lse else (out, lse_op)
+                assert torch.isfinite(o).all() and torch.equal(o, o_op) and torch.equal(lse, lse_op)
+        q, k, v, cu_q, cu_k = first
+        for args, field in [((100.0, 120), "max_seqlen_q"), ((True, 120), "max_seqlen_q"), ((100, -1), "max_seqlen_k"),
+                            ((200, 120), "seqlen_q")]:  # the last past total_q: the library names it
+            with pytest.raises(rtattn.ArgumentError) as e:
+                rtattn.attention_varlen(q, k, v, cu_q, cu_k, *args, causal=True)
+            assert e.value.field == field, args
+        with pytest.raises(rtattn.ArgumentError) as e:
+            rtattn.attention_varlen(q, k, v, cu_q, cu_k.long(), 100, 120, causal=True)
+        assert e.value.field == "cu_seqlens_k"
+
+
 def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):
     """A KV cache holding `lens` keys per sequence: dense [b, cap, hkv, d], or pages shuffled over a pool with a
     block table. Slots past each length hold NaN. Returns q, caches, seqlens, table and the per-sequence K/V."""

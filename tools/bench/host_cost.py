@@ -5,7 +5,8 @@ torch and a GPU; run with PYTHONPATH=python RTATTN_LIBRARY=<librtattn.so>. Print
 Calls (bf16, d128, 16 query heads on 4): rtattn.attention with 32 queries on 256 keys (the prefill kernel) and one
 query on 2048 keys (routed to the decode kernels); attention_with_kvcache with lengths, one query (decode) from a dense
 and a 16-row paged cache, one query appending a token into a dense cache (the same rows each call), and 32 queries
-(a cache's prefill); PyTorch SDPA on the same prefill and decode shapes."""
+(a cache's prefill); attention_varlen with one query a sequence on 256 keys each (the decode shapes packed); PyTorch
+SDPA on the same prefill and decode shapes."""
 import json
 import statistics
 import sys
@@ -29,6 +30,8 @@ k, v = rand(B, 256, HKV, D), rand(B, 256, HKV, D)
 k2k, v2k = rand(B, 2048, HKV, D), rand(B, 2048, HKV, D)
 lens = torch.full((B,), 256, dtype=torch.int32, device="cuda")
 k512, v512, k_new, v_new = rand(B, 512, HKV, D), rand(B, 512, HKV, D), rand(B, 1, HKV, D), rand(B, 1, HKV, D)
+cu_q = torch.arange(B + 1, device="cuda", dtype=torch.int32)
+cu_k = torch.arange(0, 256 * B + 1, 256, device="cuda", dtype=torch.int32)
 pk, pv = k.reshape(B * 16, 16, HKV, D).contiguous(), v.reshape(B * 16, 16, HKV, D).contiguous()
 table = torch.arange(B * 16, device="cuda", dtype=torch.int32).view(B, 16)
 t = lambda x: x.transpose(1, 2)  # noqa: E731 (SDPA's [batch, heads, seq, dim])
@@ -40,6 +43,8 @@ calls = {
     "kvcache decode paged16": lambda: rtattn.attention_with_kvcache(q1, pk, pv, lens, block_table=table),
     "kvcache decode dense + append": lambda: rtattn.attention_with_kvcache(q1, k512, v512, lens, k=k_new, v=v_new),
     "kvcache prefill dense": lambda: rtattn.attention_with_kvcache(q32, k, v, lens, causal=True),
+    "varlen 1 query a sequence": lambda: rtattn.attention_varlen(q1.view(B, HQ, D), k.view(-1, HKV, D),
+                                                                 v.view(-1, HKV, D), cu_q, cu_k, 1, 256),
     "sdpa prefill": lambda: F.scaled_dot_product_attention(t(q32), t(k), t(v), is_causal=True, enable_gqa=True),
     "sdpa 1 query": lambda: F.scaled_dot_product_attention(t(q1), t(k), t(v), enable_gqa=True),
 }
