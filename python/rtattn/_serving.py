@@ -400,9 +400,11 @@ _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_
 
 def _written(k_cache, v_cache) -> None:
     """An eager append wrote the caches: their version counters move, so autograd refuses a backward through a tensor
-    saved before the write, as after any in-place op."""
-    _increment_version(k_cache)
-    _increment_version(v_cache)
+    saved before the write, as after any in-place op. Inference tensors (a cache made under torch.inference_mode)
+    have no counter, and nothing saved for a backward can hold them."""
+    for t in (k_cache, v_cache):
+        if not t.is_inference():
+            _increment_version(t)
 
 
 def _library_appends() -> bool:

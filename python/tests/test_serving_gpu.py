@@ -719,6 +719,12 @@ def test_an_eager_append_writes_what_the_op_writes_and_bumps_the_versions(page_s
         assert kc._version > versions[0] and vc._version > versions[1]
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved.backward()
+    with torch.inference_mode():  # a server's caches, made in inference mode: no version counter to move
+        kc_i, vc_i = kc.clone(), vc.clone()
+        for step in range(2):
+            got = rtattn.attention_with_kvcache(q, kc_i, vc_i, seqlens - 10 + step, table, max_seqlen_k=303, k=k_new,
+                                                v=v_new)
+            assert torch.isfinite(got).all()
 
 
 @pytest.mark.parametrize("sq, causal, extras", [(1, False, False), (16, True, False), (4, True, True)])
