@@ -261,8 +261,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                _prepared.meta(sinks), _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size,
                return_lse)
         p = _prepared.table().get(key)
-        if p is not None and v.shape[0] == k.shape[0] and q.shape[0] > 0 and k.shape[0] > 0 and \
-                0 < max_seqlen_q <= INT32_MAX and 0 < max_seqlen_k <= INT32_MAX:
+        if p is not None and v.shape[0] == k.shape[0] and 0 < q.shape[0] <= INT32_MAX and \
+                0 < k.shape[0] <= INT32_MAX and 0 < max_seqlen_q <= INT32_MAX and 0 < max_seqlen_k <= INT32_MAX:
             # This signature's checks passed before: allocate, set the pointers and sizes, launch.
             try:
                 o, lse = _prepared.launch_varlen(p, q, k, v, return_lse, max_seqlen_q, max_seqlen_k, cu_seqlens_q,

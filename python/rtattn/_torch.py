@@ -564,11 +564,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             causal, softmax_scale, softcap, window_size, return_lse, deterministic) and _prepared.on_current_device(q):
         # The keys' count and K/V's strides stay out of the signature: a decode loop's keys grow call by call.
         ks, vs = k.shape, v.shape
+        sk = ks[1]
+        # Which kernels _run takes for this many keys (q's shape is in the key): one entry per side of the threshold,
+        # so that a decode loop whose keys grow past it is prepared on both.
+        route = q.shape[1] <= _DECODE_MAX_Q and sk >= _ROUTE_MIN_KEYS
         key = ("attention", _prepared.meta(q), (ks[0], ks[2], ks[3], k.stride(3), k.dtype, k.device),
                (vs[0], vs[2], vs[3], v.stride(3), v.dtype, v.device), _prepared.meta(sinks),
-               _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size, return_lse)
-        sk = ks[1]
-        route = q.shape[1] <= _DECODE_MAX_Q and sk >= _ROUTE_MIN_KEYS  # as _run decides (q's shape is in the key)
+               _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size, return_lse, route)
         p = _prepared.table().get(key)
         if p is not None and vs[1] == sk and 0 < sk <= p.max_keys and route == p.route:
             # This signature's checks passed before: allocate, set the pointers and the keys, launch.

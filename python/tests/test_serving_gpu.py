@@ -328,6 +328,12 @@ def test_a_repeated_varlen_call_launches_its_checked_struct(monkeypatch):
         with pytest.raises(rtattn.ArgumentError) as e:
             rtattn.attention_varlen(q, k, v, cu_q, cu_k.long(), 100, 120, causal=True)
         assert e.value.field == "cu_seqlens_k"
+        # Keys expanded past int32 rows (stride 0: no memory): the total is checked, never wrapped into the struct.
+        n = 2 ** 32 + 10
+        with pytest.raises(rtattn.ArgumentError) as e:
+            rtattn.attention_varlen(q, k[:1].expand(n, *k.shape[1:]), v[:1].expand(n, *v.shape[1:]), cu_q, cu_k, 100,
+                                    120, causal=True)
+        assert e.value.field == "total_k"
 
 
 def decode_setup(lens, page_size, hq, hkv, d, dtype, sq=1, seed=0):

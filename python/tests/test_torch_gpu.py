@@ -349,7 +349,14 @@ def test_a_repeated_call_launches_its_checked_struct_and_anything_new_is_checked
                 o, lse = out if return_lse else (out, lse_op)
                 assert torch.isfinite(o).all() and torch.equal(o, o_op) and torch.equal(lse, lse_op)
             # Keys that grow call by call (a decode loop's), as slices or as new tensors: the same prepared launch,
-            # the op's bits; past the decode kernels' threshold of keys a new signature (the full path decides).
+            # the op's bits. Few queries: each side of the decode kernels' threshold of keys (2048) has its entry.
+            if sq <= 16:
+                for n_keys, prepared in ((2046, False), (2047, True), (2048, True), (2049, True)):
+                    n = len(launched)
+                    got = rtattn.attention(q, k[:, :n_keys], v[:, :n_keys], **kw)
+                    assert len(launched) == n + prepared, n_keys
+                    assert torch.equal(got, torch.ops.rtattn.attention(q, k[:, :n_keys], v[:, :n_keys], True, None,
+                                                                       False, 150, 0)[0])
             for grow in (1, 7):
                 kg = torch.cat([k, k[:, :grow]], 1)
                 vg = torch.cat([v, v[:, :grow]], 1)
