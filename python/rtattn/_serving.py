@@ -61,6 +61,9 @@ def _check_int32(name: str, t, q: torch.Tensor, length: Optional[int] = None, di
         raise ArgumentError(f"{name}: is on {t.device}, q on {q.device} (the offsets are read on the device)", name)
     if length is not None and t.shape[0] != length:
         raise ArgumentError(f"{name}: has {t.shape[0]} entries; expected {length}", name)
+    if dims == 1 and t.shape[0] > 1 and t.stride(0) != 1:  # the kernels read entry i at i (FlashAttention: the same)
+        raise ArgumentError(f"{name}: must be contiguous (stride 1), as the kernels read it; stride is {t.stride(0)}",
+                            name)
 
 
 def _on_device(q: torch.Tensor, fn, *args):

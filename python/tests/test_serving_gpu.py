@@ -328,6 +328,9 @@ def test_a_repeated_varlen_call_launches_its_checked_struct(monkeypatch):
         with pytest.raises(rtattn.ArgumentError) as e:
             rtattn.attention_varlen(q, k, v, cu_q, cu_k.long(), 100, 120, causal=True)
         assert e.value.field == "cu_seqlens_k"
+        with pytest.raises(rtattn.ArgumentError, match="contiguous") as e:  # every other entry: not what is read
+            rtattn.attention_varlen(q, k, v, cu_q.repeat_interleave(2)[::2], cu_k, 100, 120, causal=True)
+        assert e.value.field == "cu_seqlens_q"
         # Keys expanded past int32 rows (stride 0: no memory): the total is checked, never wrapped into the struct.
         n = 2 ** 32 + 10
         with pytest.raises(rtattn.ArgumentError) as e:
@@ -486,6 +489,7 @@ def test_decode_errors_name_the_argument():
     q, kc, vc, seqlens, table, _, _ = decode_setup([10, 20], 16, 4, 2, 64, torch.bfloat16)
     with torch.no_grad():
         for kwargs, field in [(dict(cache_seqlens=seqlens.long()), "cache_seqlens"),
+                              (dict(cache_seqlens=seqlens.repeat_interleave(2)[::2]), "cache_seqlens"),
                               (dict(block_table=table.long()), "block_table"),
                               (dict(block_table=table, max_seqlen_k=10 ** 6), "max_seqlen_k"),
                               (dict(block_table=table, num_splits=200), "num_splits"),
