@@ -54,16 +54,15 @@ def workspace_bytes(kernel, b, sq, seqlen_k, num_splits) -> int:
 
 class Prepared:
     """What a signature's first call left: its kernel, its argument struct as bytes (stale pointers), the sizes of
-    what each call allocates, and what a later call's keys may be (max_keys; decode: its workspace depends on them;
-    route: whether the keys' count made rtattn.attention take the decode kernels)."""
+    what each call allocates, and what a later call's keys may be (max_keys; decode: its workspace depends on them)."""
     __slots__ = ("forward", "handle", "kernel", "template", "o_shape", "lse_shape", "dtype", "device", "ws_bytes",
-                 "decode", "max_keys", "route")
+                 "decode", "max_keys")
 
-    def __init__(self, kernel, args, ws_bytes, o, lse, decode, max_keys, route):
+    def __init__(self, kernel, args, ws_bytes, o, lse, decode, max_keys):
         self.kernel = kernel  # holds the handle alive
         self.forward, self.handle = kernel._forward, kernel._handle
         self.template = bytes(args)
-        self.ws_bytes, self.decode, self.max_keys, self.route = ws_bytes, decode, max_keys, route
+        self.ws_bytes, self.decode, self.max_keys = ws_bytes, decode, max_keys
         self.o_shape, self.dtype, self.device = tuple(o.shape), o.dtype, o.device
         self.lse_shape = None if lse is None else tuple(lse.shape)
 
@@ -96,7 +95,7 @@ def on_current_device(q) -> bool:
     return q.device.index == torch.cuda.current_device()
 
 
-def store(key, record, o, lse, max_keys=INT32_MAX, route=None) -> None:
+def store(key, record, o, lse, max_keys=INT32_MAX) -> None:
     """Keeps the struct a full call recorded (record: [(kernel, args, ws_bytes, decode)] after its launch; decode:
     (batch, seqlen_q, num_splits) where the workspace follows the keys' count) for its key, unless the key has one:
     a full call after a refused prepared launch may have taken another kernel for that pointer."""
@@ -106,7 +105,7 @@ def store(key, record, o, lse, max_keys=INT32_MAX, route=None) -> None:
     if len(t) >= _MAX_ENTRIES:
         t.clear()
     kernel, args, ws_bytes, decode = record[-1]
-    t[key] = Prepared(kernel, args, ws_bytes, o, lse, decode, max_keys, route)
+    t[key] = Prepared(kernel, args, ws_bytes, o, lse, decode, max_keys)
 
 
 def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=None, block_table=None, sinks=None,

@@ -296,7 +296,7 @@ def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_
 def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None, softcap=0.0,
          alibi_slopes=None, record=None):
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller). record:
-    a list that gets the launch's (kernel, args, workspace bytes), for _prepared.store."""
+    a list that gets the launch's (kernel, args, workspace bytes, None), for _prepared.store."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     if 0 < sq <= _DECODE_MAX_Q and _ROUTE_MIN_KEYS <= sk <= INT32_MAX and b > 0:  # else: named errors below
@@ -559,7 +559,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     before the mask and the softmax (the LSE includes the bias). Differentiable in q, k, v; the slopes are constants
     (no gradient)."""
     eager = _plain_eager(q, k, v, sinks, alibi_slopes)
-    key = route = None
+    key = None
     if eager and k.dim() == 4 and v.dim() == 4 and _prepared.plain_options(
             causal, softmax_scale, softcap, window_size, return_lse, deterministic) and _prepared.on_current_device(q):
         # The keys' count and K/V's strides stay out of the signature: a decode loop's keys grow call by call.
@@ -572,7 +572,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                (vs[0], vs[2], vs[3], v.stride(3), v.dtype, v.device), _prepared.meta(sinks),
                _prepared.meta(alibi_slopes), causal, softmax_scale, softcap, window_size, return_lse, route)
         p = _prepared.table().get(key)
-        if p is not None and vs[1] == sk and 0 < sk <= p.max_keys and route == p.route:
+        if p is not None and vs[1] == sk and 0 < sk <= p.max_keys:
             # This signature's checks passed before: allocate, set the pointers and the keys, launch.
             try:
                 o, lse = _prepared.launch(p, q, k, v, return_lse, sk, True, sinks=_sinks_f32(sinks),
@@ -592,7 +592,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         record = [] if key is not None else None
         o, lse = _forward(q, k, v, causal, softmax_scale, return_lse, _no_lse, window, sinks, softcap, alibi_slopes,
                           record)
-        _prepared.store(key, record, o, lse, route=route)
+        _prepared.store(key, record, o, lse)
     else:
         _check(q, k, v, causal, softmax_scale)  # named errors before the dispatcher sees a CPU tensor
         _check_sinks(sinks, q, q.shape[2])
