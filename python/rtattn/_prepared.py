@@ -14,8 +14,7 @@ import ctypes
 import torch
 
 from . import _api, _lib
-
-INT32_MAX = 2**31 - 1
+from ._convert import INT32_MAX
 
 # The current stream as a raw handle without building a torch.cuda.Stream object (a few µs per call); the public
 # call where this private one is missing.
@@ -54,15 +53,16 @@ def workspace_bytes(kernel, b, sq, seqlen_k, num_splits) -> int:
 
 class Prepared:
     """What a signature's first call left: its kernel, its argument struct as bytes (stale pointers), the sizes of
-    what each call allocates, and what a later call's keys may be (max_keys; decode: its workspace depends on them)."""
-    __slots__ = ("forward", "handle", "kernel", "template", "o_shape", "lse_shape", "dtype", "device", "ws_bytes",
-                 "decode", "max_keys")
+    what each call allocates, and what a later call's keys may be (max_keys; decode: the sizes its workspace follows
+    with them, None for the kernels that take none)."""
+    __slots__ = ("forward", "handle", "kernel", "template", "o_shape", "lse_shape", "dtype", "device", "decode",
+                 "max_keys")
 
-    def __init__(self, kernel, args, ws_bytes, o, lse, decode, max_keys):
+    def __init__(self, kernel, args, o, lse, decode, max_keys):
         self.kernel = kernel  # holds the handle alive
         self.forward, self.handle = kernel._forward, kernel._handle
         self.template = bytes(args)
-        self.ws_bytes, self.decode, self.max_keys = ws_bytes, decode, max_keys
+        self.decode, self.max_keys = decode, max_keys
         self.o_shape, self.dtype, self.device = tuple(o.shape), o.dtype, o.device
         self.lse_shape = None if lse is None else tuple(lse.shape)
 
@@ -96,16 +96,16 @@ def on_current_device(q) -> bool:
 
 
 def store(key, record, o, lse, max_keys=INT32_MAX) -> None:
-    """Keeps the struct a full call recorded (record: [(kernel, args, ws_bytes, decode)] after its launch; decode:
-    (batch, seqlen_q, num_splits) where the workspace follows the keys' count) for its key, unless the key has one:
+    """Keeps the struct a full call recorded (record: [(kernel, args, decode)] after its launch; decode: (batch,
+    seqlen_q, num_splits) where the workspace follows the keys' count, else None) for its key, unless the key has one:
     a full call after a refused prepared launch may have taken another kernel for that pointer."""
     t = table()
     if key is None or not record or key in t:
         return
     if len(t) >= _MAX_ENTRIES:
         t.clear()
-    kernel, args, ws_bytes, decode = record[-1]
-    t[key] = Prepared(kernel, args, ws_bytes, o, lse, decode, max_keys)
+    kernel, args, decode = record[-1]
+    t[key] = Prepared(kernel, args, o, lse, decode, max_keys)
 
 
 def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=None, block_table=None, sinks=None,
@@ -128,8 +128,7 @@ def launch(p: Prepared, q, k, v, want_lse, seqlen_k, kv_layout=False, seqlens=No
         a.block_table = block_table.data_ptr()
     if k_new is not None:
         a.k_new.ptr, a.v_new.ptr = k_new.data_ptr(), v_new.data_ptr()
-    ws_bytes = p.ws_bytes if p.decode is None else workspace_bytes(p.kernel, p.decode[0], p.decode[1], seqlen_k,
-                                                                   p.decode[2])
+    ws_bytes = 0 if p.decode is None else workspace_bytes(p.kernel, p.decode[0], p.decode[1], seqlen_k, p.decode[2])
     return o, _finish(p, a, p.lse_shape if want_lse else None, sinks, alibi_slopes, ws_bytes)
 
 

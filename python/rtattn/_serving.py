@@ -102,7 +102,7 @@ def _varlen_fields(q, k, cu_q, cu_k, max_q, max_k) -> dict:
 
 def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1), sinks=None, softcap=0.0,
                 alibi_slopes=None, want_lse=True, record=None):
-    """O and LSE (None without want_lse). record: a list that gets the launch's (kernel, args, workspace bytes, None),
+    """O and LSE (None without want_lse). record: a list that gets the launch's (kernel, args, None: no workspace),
     for _prepared.store."""
     tq, hq, d = q.shape
     tk, hkv, dv = k.shape[0], k.shape[1], v.shape[2]
@@ -122,7 +122,7 @@ def _varlen_run(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=(-1, -1
                 **_sinks_args(sinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     if record is not None:
-        record.append((kernel, args, 0, None))
+        record.append((kernel, args, None))
     return o, lse
 
 
@@ -301,7 +301,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
                  window=(-1, -1), sinks=None, softcap=0.0, alibi_slopes=None, k_new=None, v_new=None, want_lse=True,
                  record=None):
     """O and LSE (None without want_lse: the eager callers that return no LSE skip its allocation). record: a list
-    that gets the launch's (kernel, args, workspace bytes, the sizes it follows), for _prepared.store."""
+    that gets the launch's (kernel, args, the sizes its workspace follows), for _prepared.store."""
     b, sq, hq, d = q.shape
     hkv, dv = k_cache.shape[2], v_cache.shape[3]
     o = torch.empty((b, sq, hq, dv), dtype=q.dtype, device=q.device)
@@ -344,7 +344,7 @@ def _kvcache_run(q, k_cache, v_cache, cache_seqlens, block_table, max_seqlen_k, 
         args.q, args.o, args.lse = _tensor(q1), _tensor(o1), None
     kernel.launch(args, _raw_stream(q.device.index))
     if record is not None and sq > 0:
-        record.append((kernel, args, ws_bytes, (b, sq, num_splits)))
+        record.append((kernel, args, (b, sq, num_splits)))
     return o, lse
 
 

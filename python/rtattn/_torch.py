@@ -296,7 +296,7 @@ def _decode_route(q, k, v, causal, softmax_scale, window, sinks, softcap, alibi_
 def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1, -1), sinks=None, softcap=0.0,
          alibi_slopes=None, record=None):
     """Allocates the outputs and launches on the current stream of q's device (made current by the caller). record:
-    a list that gets the launch's (kernel, args, workspace bytes, None), for _prepared.store."""
+    a list that gets the launch's (kernel, args, None: no workspace), for _prepared.store."""
     b, sq, hq, d = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     if 0 < sq <= _DECODE_MAX_Q and _ROUTE_MIN_KEYS <= sk <= INT32_MAX and b > 0:  # else: named errors below
@@ -323,7 +323,7 @@ def _run(q, k, v, causal, softmax_scale, return_lse, lse_placeholder, window=(-1
                 **_sinks_args(sinks), **_softcap_args(softcap), **_alibi_args(alibi_slopes))
     kernel.launch(args, _raw_stream(q.device.index))
     if record is not None:
-        record.append((kernel, args, 0, None))
+        record.append((kernel, args, None))
     return o, lse
 
 
