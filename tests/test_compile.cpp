@@ -386,9 +386,9 @@ std::vector<int> sweep_dims() {
 // Every head dim 1..256, the forward for sm_90a and one of sm_80/86/89 and the backward for sm_80 and sm_90 (the
 // mma.sync path), and for sm_90a where its wgmma family serves (d65..96, d113..144, dense and packed); dtype and
 // causal alternate with d. The varlen forward and backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
-// dim, the arch alternating with d. The forward with eight kv heads on sm_90a (two on sm_80), the varlen forward
-// with one (sm_90a plans them apart for head dims that are not multiples of 8) and, on sm_90a, with eight (shifted
-// rows). In parallel. Hidden by default: ctest runs it in ranges of head dims (test_compile_sweep_*, the full test
+// dim, the arch alternating with d. The forward with eight kv heads (sm_90a's and mma.sync's shifted rows), the
+// varlen forward with one (both plan them apart for head dims that are not multiples of 8) and, on sm_90a, with
+// eight. In parallel. Hidden by default: ctest runs it in ranges of head dims (test_compile_sweep_*, the full test
 // command) and a sample of them (test_compile_sweep_sample, the quick one).
 TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, forward, backward, varlen, paged and decode",
           "[.sweep]") {
@@ -459,7 +459,7 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
                 // grid plans its TMA path (shifted rows) where it has one. The varlen jobs with one kv head: sm_90a's
                 // plans for rows 8 bytes off 16 (even d there).
                 const bool varlen = job.kind != forward;
-                const int heads_kv = job.kind == varlen_forward ? 1 : std::string(job.arch) == "sm_90a" ? 8 : 2;
+                const int heads_kv = job.kind == varlen_forward ? 1 : 8;
                 entries(build(job.d, job.arch, dt, causal, 0, varlen, heads_kv), {"rtattn_fwd_kernel", "rtattn_merge"});
             } else if (job.kind == paged_forward) {
                 // A prefill against a paged cache, its queries packed for d % 4 in {0, 1}; on sm_90a with 8 kv heads,

@@ -118,10 +118,12 @@ std::vector<Case> shift_row_cases() {
             for (bool causal : kCausal)
                 out.push_back({.d_qk = dqk, .d_v = dv, .dtype = dt, .causal = causal, .heads_q = hq,
                                .heads_kv = hkv, .batch = 2, .seqlen_q = 190, .seqlen_k = 333, .dist = Dist::normal});
-    // Layouts: NaN gaps between heads (the producer zeroes them in K), a fused QKV row, K/V shared by the batch;
-    // head-major rows and offset pointers load with cp.async (a box may not start off 16 bytes).
+    // Layouts: NaN gaps between heads (the producer zeroes them in K; mma.sync masks them out of K's fragments), a
+    // fused QKV row, K/V shared by the batch; head-major rows and offset pointers load with cp.async (a box may not
+    // start off 16 bytes; mma.sync's shifted rows read from the boundary before the first row, inside the buffer).
+    // Pinned to sm_90 (test_gpu_sm90_mma) the whole table runs the mma.sync forward's shifted rows.
     constexpr Layout kLayouts[] = {Layout::head_gaps, Layout::packed_qkv, Layout::shared_kv, Layout::padded,
-                                   Layout::head_major};
+                                   Layout::head_major, Layout::shifted};
     for (auto [d, hq, hkv] : {std::array{131, 16, 8}, std::array{130, 8, 4}, std::array{116, 8, 4},
                               std::array{88, 4, 2}})
         for (Layout layout : kLayouts)

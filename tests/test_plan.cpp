@@ -214,10 +214,10 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
         CHECK(!p.wide_v);
         CHECK(p.kernel().find("shifted rows") != std::string::npos);
         CHECK(p.smem_bytes == rtattn::kernels::fwd_sm90_ws().smem_bytes(p));
-        // Shifted rows need packed K/V rows of 16-byte multiples, and TMA: none with one kv head off the 8 grid, none
-        // on sm_80.
+        // Shifted rows need packed K/V rows of 16-byte multiples: none with one kv head off the 8 grid. sm_80 shifts
+        // by cp.async (the mma.sync forward: the next test case).
         CHECK(plan(cfg(d, "sm_90a", 0, 1)).shift_rows == (d % 8 == 0));
-        CHECK(!plan(cfg(d, "sm_80", 0, 16)).shift_rows);
+        CHECK(plan(cfg(d, "sm_80", 0, 16)).kernel().find("mma.sync") == 0);
     }
     // Split rows: TMA fills every panel but the last (64/32 wide), the threads 4 to 28 columns at the last one's start.
     for (int d : split) {
@@ -517,7 +517,7 @@ TEST_CASE("decode splits fill whole waves of the device's slots, a grid of more 
     CHECK(splits(16, 1, 8, 32768, 264, 5) == 5);  // the caller's count stands
 }
 
-TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster", "[plan]") {
+TEST_CASE("the mma.sync forward rotates 4 mod 8 rows that do not shift where that measured faster", "[plan]") {
     for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
         CAPTURE(arch);
         for (int d = 12; d <= 252; d += 8) {
@@ -535,6 +535,38 @@ TEST_CASE("the mma.sync forward rotates 4 mod 8 rows where that measured faster"
         CHECK_FALSE(plan(paged, "", "rotate").rotate_rows);
     }
     CHECK_FALSE(plan(cfg(132, "sm_90a", 0, 2)).rotate_rows);  // the Hopper families load rows their own ways
+}
+
+TEST_CASE("the mma.sync forward shifts rows off the 8 grid where packed rows are 16-byte multiples", "[plan]") {
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+        CAPTURE(arch);
+        for (int d = 1; d <= 256; ++d) {
+            CAPTURE(d);
+            // Room for the shift (up to 7 columns at odd d) within the widest pad: d <= 249.
+            const bool fits = d + 8 - (d % 8 == 0 ? 8 : d % 4 == 0 ? 4 : d % 2 == 0 ? 2 : 1) <= 256;
+            const auto p = plan(cfg(d, arch, 0, 8));  // 8 kv heads: packed rows of 16-byte multiples
+            CHECK(p.shift_rows == (d % 8 != 0 && fits));
+            CHECK_FALSE(p.rotate_rows);
+            CHECK(p.pad_qk == (p.shift_rows ? rtattn::geometry::shifted_pad(d, 16) : rtattn::geometry::round_up(d, 16)));
+            CHECK(p.pad_v == (p.shift_rows ? rtattn::geometry::shifted_pad(d, 8) : rtattn::geometry::round_up(d, 8)));
+            CHECK(plan(cfg(d, arch, 0, 8), "", "shift").shift_rows == p.shift_rows);
+            CHECK_FALSE(plan(cfg(d, arch, 0, 8), "", "plain").shift_rows);
+            CHECK_FALSE(plan(cfg(d, arch, 0, 8), "", "rotate").shift_rows);
+            if (d % 8 != 0) CHECK_FALSE(plan(cfg(d, arch)).shift_rows);  // one kv head: packed rows off 16 bytes
+        }
+        CHECK(plan(cfg(129, arch, 0, 8)).pad_qk == 144);
+        CHECK(plan(cfg(129, arch, 0, 8)).pad_v == 136);
+        CHECK(plan(cfg(131, arch, 0, 8)).pad_v == 144);  // 131 + 7 columns
+        const auto mixed = plan(cfg(129, arch, 128, 8));  // only K's rows shift
+        CHECK((mixed.shift_rows && mixed.pad_qk == 144 && mixed.pad_v == 128));
+        CHECK(plan(cfg(1, arch, 0, 8)).kernel() == "mma.sync, shifted rows");
+        AttentionConfig paged = cfg(129, arch, 0, 8);
+        paged.paged_kv = true;  // rows through a block table keep their vectors
+        CHECK_FALSE(plan(paged).shift_rows);
+        CHECK_FALSE(plan(paged, "", "shift").shift_rows);
+    }
+    // A tile override keeps the room of shifted rows.
+    CHECK(plan(cfg(129, "sm_80", 0, 8), "128,64,8,1,2,0").pad_v == 136);
 }
 
 TEST_CASE("sm_90a's backward is a wgmma family at pads 32..256, the mma.sync one elsewhere", "[plan][bwd]") {

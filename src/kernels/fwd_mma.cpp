@@ -13,8 +13,8 @@ public:
     const char* name() const override { return "fwd_mma"; }
     bool runs_on(const arch::Arch&) const override { return true; }
     void settle(plan::KernelPlan& p) const override {
-        // Hopper knobs
-        p.swizzle = p.ping_pong = p.split_rows = p.shift_rows = p.wide_v = p.persistent = p.o_apart = false;
+        // Hopper knobs (shift_rows is both families': the plan sets it for this one where it applies)
+        p.swizzle = p.ping_pong = p.split_rows = p.wide_v = p.persistent = p.o_apart = false;
     }
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32; }
     int smem_bytes(const plan::KernelPlan& p) const override {
@@ -22,7 +22,7 @@ public:
     }
     std::string describe(const plan::KernelPlan& p) const override {
         return std::string(p.kv_apart ? "mma.sync, K and V loaded apart" : "mma.sync") +
-               (p.paged_kv ? ", paged KV cache" : "");
+               (p.paged_kv ? ", paged KV cache" : "") + (p.shift_rows ? ", shifted rows" : "");
     }
     render::StubSpec stub(const plan::KernelPlan& p) const override {
         render::StubSpec s = forward_stub(p, "fwd/mma.cuh", "FwdShape", "const rtattn::FwdParams params", "flash_fwd");
@@ -30,6 +30,7 @@ public:
         s.traits.push_back({"bool", "kQInRegs", p.q_in_regs ? "true" : "false"});
         s.traits.push_back({"bool", "kKVApart", p.kv_apart ? "true" : "false"});
         s.traits.push_back(render::bool_trait("kRotateRows", p.rotate_rows));
+        s.traits.push_back(render::bool_trait("kShiftRows", p.shift_rows));
         return s;
     }
     void launch(const ForwardLaunch& l) const override {

@@ -29,7 +29,10 @@ struct TileRow {
     bool swizzle = false;      // Hopper: swizzled column panels (else interleaved 8x8 cores throughout)
     bool ping_pong = false;    // fwd_sm90_ws: consumer warpgroups take turns on the tensor cores
     int pv_step = 8;           // head_dim_v is padded to a multiple of this: 8 (the MMA's n step), or 16
-    bool whole_vectors = false;  // serves only head dims that load in 16-byte vectors (multiples of 8)
+    // Serves only head dims that load in 16-byte vectors: multiples of 8, and shifted rows (fwd_mma) up to pad 96,
+    // 80 at odd head dims (ptxas, sm_80 and sm_86: past those they spilled 4-56 bytes in FA2's shape; odd dims load
+    // Q an element at a time).
+    bool whole_vectors = false;
     const char* why;
 };
 
@@ -142,7 +145,9 @@ bool shift_addressable(const KernelPlan& p) {
 // (d132 0.89/0.79 of the pad16 ideal vs 0.95/0.95, d196; d84, 92, 148, 156 in two classes) and even on the H200, and
 // the other 8 mod 16 dims (104, 168, 232) and d212 ran as fast or faster shifted (H200). Each dim against pad16(d)
 // interleaved, bf16, S = 16k (docs/PERFORMANCE.md, fourteenth session).
-// The mma.sync forward at head dims 4 mod 8 (rows: PlanOptions::rows): rotated 16-byte rows, or 8-byte vectors.
+// The mma.sync forward at head dims 4 mod 8 where rows do not shift (rows: PlanOptions::rows; kv heads that leave
+// packed rows off 16 bytes, whose calls may still pass strides that keep them alike): rotated 16-byte rows, or 8-byte
+// vectors.
 // Rotated rows measured faster (H200, pinned to sm_90, S=16k, H=16, each against pad16 in two rounds of each mode):
 // at every 4 mod 8 dim from 148 up (1.00-1.09x non-causal, 0.99-1.06x causal; d252 0.85 -> 0.93 of the pad16
 // ideal) and where a row is a power of two of 16-byte vectors, 4 or more, so every thread of a row copies (d36
@@ -152,7 +157,26 @@ bool rotation_pays(int d, int vec) {
     const int vectors = (d - 4) / 8;
     return geometry::rotated_rows(d, vec) && (d >= 148 || (vectors >= 4 && (vectors & (vectors - 1)) == 0));
 }
+// Shifted rows on the mma.sync forward (fwd/mma.cuh): rows off the 8 grid as whole 16-byte vectors from the boundary
+// before each, where the config's kv heads make packed rows 16-byte multiples (the calls' strides then keep a head's
+// rows alike modulo 16 bytes; others take kVec vectors at the same pads), within the widest pad. Not for a paged cache.
+// Against the pad16 ideal (H200 pinned to sm_90, S = 16k, H = 16, bf16, non-causal / causal; thirty-fourth session,
+// one command, the loader's first form; the final one's sweep is in docs/PERFORMANCE.md), shifted / as before: d65 0.99 / 0.99 vs 0.34 / 0.28 (one element a copy), d129 0.95 / 0.93 vs 0.27 / 0.24, d130
+// 0.99 / 0.99 vs 0.72 / 0.72, d250 0.93 / 0.95 vs 0.77 / 0.78; at 4 mod 8 against rotated or 8-byte rows d76 0.85 /
+// 0.88 vs 0.76 / 0.84, d140 0.93 / 0.96 vs 0.85 / 0.87, d132 0.995 vs 0.98, d36, 100, 188 +1-3%, d252 even.
+bool mma_shift_applies(const KernelPlan& p) {
+    return !p.paged_kv && p.kv_rows_16b && (p.vec_qk < 8 || p.vec_v < 8) &&
+           std::max(geometry::shifted_pad(p.head_dim_qk, 16), geometry::shifted_pad(p.head_dim_v, 8)) <=
+               AttentionConfig::kMaxHeadDim;
+}
 void choose_mma_rows(KernelPlan& p, const std::string& rows) {
+    p.shift_rows = mma_shift_applies(p) && rows != "rotate" && rows != "plain";
+    if (p.shift_rows) {
+        if (p.vec_qk < 8) p.pad_qk = geometry::shifted_pad(p.head_dim_qk, 16);
+        if (p.vec_v < 8) p.pad_v = geometry::shifted_pad(p.head_dim_v, 8);
+        p.reason += "; shifted rows: whole 16-byte vectors from the boundary before each row";
+        return;
+    }
     const bool applies = !p.paged_kv && (geometry::rotated_rows(p.head_dim_qk, p.vec_qk) ||
                                           geometry::rotated_rows(p.head_dim_v, p.vec_v));
     const bool pays = rotation_pays(p.head_dim_qk, p.vec_qk) || rotation_pays(p.head_dim_v, p.vec_v);
@@ -200,7 +224,8 @@ const TileRow& find_row(const KernelPlan& p, const arch::Arch& a, bool mma_only)
     const int widest = std::max(p.pad_qk, p.pad_v);
     for (const auto& r : kTiles)
         if (r.family().runs_on(a) && (!mma_only || &r.family() == &fwd_mma()) && widest <= r.max_pad &&
-            (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8)))
+            (!r.whole_vectors || (p.vec_qk == 8 && p.vec_v == 8) ||
+             (p.shift_rows && widest <= (std::min(p.vec_qk, p.vec_v) == 1 ? 80 : 96))))
             return r;
     throw ConfigError("head_dim_qk", util::format("padded width {} has no tile row; allowed head dims 1..{}", widest,
                                                   AttentionConfig::kMaxHeadDim));
@@ -235,7 +260,15 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
     const TileRow& row = find_row(p, a, mma_only);
     apply_row(p, row);
     p.shift_rows = p.rotate_rows = false;
-    if (p.family == &fwd_mma()) choose_mma_rows(p, rows);
+    if (p.family == &fwd_mma()) {
+        choose_mma_rows(p, rows);
+        if (p.shift_rows) {  // the shifted pads' row, which may load whole vectors only
+            const KernelPlan shifted = p;
+            apply_row(p, find_row(shifted, a, true));
+            p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.shift_rows = true;
+            p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
+        }
+    }
     if (p.family == &fwd_sm90_ws()) {
         choose_rows(p, rows);
         if (p.shift_rows && std::max(p.pad_qk, p.pad_v) > row.max_pad) {  // 16 more columns: the wider pads' row
@@ -326,7 +359,11 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     p.pv_step = pv;
     // Shifted rows keep the room their shift needs (16 more columns at d = 11, 13, 14, 15 mod 16): a narrower V would
     // drop them for cp.async loads, not time them.
-    p.pad_v = std::max(geometry::round_up(p.head_dim_v, pv), p.shift_rows ? shift_pad(p.head_dim_v) : 0);
+    const int shifted_v = !p.shift_rows ? 0
+                          : hopper      ? shift_pad(p.head_dim_v)
+                          : p.vec_v < 8 ? geometry::shifted_pad(p.head_dim_v, pv)
+                                        : 0;
+    p.pad_v = std::max(geometry::round_up(p.head_dim_v, pv), shifted_v);
     p.wide_v = wide != 0;
     // schedule picks the Hopper family: 0 cooperative, 1 warp-specialized, 2 warp-specialized with ping-pong.
     if (hopper) p.family = sched == 0 ? &kernels::fwd_sm90() : &fwd_sm90_ws();

@@ -9,7 +9,7 @@ namespace rtattn::plan {
 
 // Fills the plan's family and tile fields (and reason) from the first row that serves its padded head dims on `a`.
 // mma_only: only the mma.sync family's rows (a paged cache where the Hopper kernels have no TMA rows). rows:
-// PlanOptions::rows ("", "split" or "shift"; errors name rows_field).
+// PlanOptions::rows ("", "split", "shift", "rotate" or "plain"; errors name rows_field).
 void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only = false, const std::string& rows = "",
                          const std::string& rows_field = "rows");
 // The same for decode configs, from the decode table (decode_tiles.cpp); steps down to fit the arch's shared memory.

@@ -43,6 +43,10 @@ struct KernelPlan {
     // 16-byte) boundary at or before each, so the tile holds them shifted right by up to 15 columns within the pads
     // (both to 16, or 16 columns more where that leaves no room), and the producer threads zero K's columns outside
     // the row. Where split rows fit too, forward_tiles.cpp's measured rule picks one.
+    // fwd_mma, head dims off the 8 grid: K and V rows move as whole 16-byte vectors (cp.async) from the 16-byte
+    // boundary before each, shifted right by up to 7 columns within pads that leave room (geometry::shifted_pad);
+    // Q takes K's shift, O is stored from V's. Calls whose strides leave a head's rows unlike modulo 16 bytes load
+    // kVec vectors at the same pads.
     bool shift_rows = false;
     // fwd_mma, head dims 4 mod 8 (geometry::rotated_rows): K and V rows move as 16-byte vectors rotated in shared
     // memory (Q with K's rotation, O stored rotated back) instead of 8-byte vectors, where that measured faster
@@ -80,8 +84,9 @@ struct PlanOptions {
     std::string backward_tile_override;
     // How rows off the 16 grid load: "" the table's choice; for the warp-specialized Hopper forward "split" (split
     // rows where they fit, nothing shifted: the planner before shifted rows) or "shift" (shifted rows wherever they
-    // fit); for the mma.sync forward at 4 mod 8 "rotate" (rotated 16-byte rows wherever they apply) or "plain"
-    // (8-byte vectors). A timing knob (RTATTN_ROWS); the other family's values leave a family at its table's choice.
+    // fit); for the mma.sync forward off the 8 grid "shift" (shifted 16-byte rows wherever they apply), "rotate"
+    // (at 4 mod 8: rotated 16-byte rows wherever they apply) or "plain" (kVec vectors). A timing knob (RTATTN_ROWS);
+    // "split" leaves the mma.sync family at its table's choice, "rotate" and "plain" the Hopper one.
     std::string rows;
     std::string rows_field = "rows";
 };

@@ -96,6 +96,10 @@ RTATTN_GEOMETRY bool shift_fits(int d, int cols) { return cols - d >= 8 - gcd8(d
 RTATTN_GEOMETRY bool shift_rows_fit(int d_qk, int pad_qk, int d_v, int pad_v) {
     return (d_qk % 16 != 0 || d_v % 16 != 0) && shift_fits(d_qk, pad_qk) && shift_fits(d_v, pad_v);
 }
+// The mma.sync forward's shifted rows (fwd/mma.cuh): the same placement from 16-byte boundaries by cp.async, for
+// head dims off the 8 grid. A row is then at most this many 16-byte vectors, and a pad of `step` holds its shift.
+RTATTN_GEOMETRY int shifted_vectors(int d) { return (d + 8 - gcd8(d) + 7) / 8; }
+RTATTN_GEOMETRY int shifted_pad(int d, int step) { return round_up(d + 8 - gcd8(d), step); }
 
 // A forward kernel's shared memory: Q (block_m rows), a ring of `stages` K and V tiles (block_n rows), and the O
 // staging tile of the epilogue (block_m padded rows), which reuses the same bytes. Sizes in 16-bit elements.

@@ -17,6 +17,13 @@ __device__ constexpr int row_threads(int n) {
     return 5 * (c - n) <= 2 * c ? c : 0;
 }
 
+// The largest power of two not above n (n >= 1).
+__device__ constexpr int floor_pow2(int n) {
+    int c = 1;
+    while (2 * c <= n) c *= 2;
+    return c;
+}
+
 // load_rows' thread layout where it has one (kUsed): kCols threads to a row, each copying one column of rows r0(tid),
 // r0 + kRowStep, ... (kPerThread of them). A caller that looks something up per row (a paged cache's block table)
 // can do it ahead for exactly these rows.
@@ -140,6 +147,51 @@ __device__ __forceinline__ void load_rows_rotated(u16* s, const u16* any, Row ro
     }
 }
 
+// Rows of any head dim as whole 16-byte vectors (shifted rows, the mma.sync forward): every row of the tile starts
+// `end - head dim` elements (its shift) past a 16-byte boundary, g + r * row_stride, from which it is copied as kVecs
+// 16-byte vectors, landing shifted right by the shift. A vector reads only the elements below `end` (cp.async
+// zero-fills the rest), so nothing past a row is read; the first one reads the shift's elements in front of the row
+// (a neighbouring head's, or the same allocation's: allocations start on 256-byte boundaries), which the caller keeps
+// out of every result (K: masked in the MMA's fragments; V: they reach only O's columns outside the row, never
+// stored). Rows at or past valid_rows are zero-filled from `any`. Threads: a power of two of them to a row, each
+// with one vector (and so one byte count) for every row: the one above the vectors where at most a fifth of them
+// idle, else the one below with a pass for the rest. Rows of 10-12 vectors ran 10-22% faster on 8 threads and a pass
+// than on 16 with 4-6 idle (d69, 76, 84, 92: 0.78-0.80 of the pad16 ideal against 0.86-0.98), rows of 20-25 vectors
+// 1-6% on 16 threads and a pass (d149..189). H200 pinned to sm_90, S = 16k, thirty-fourth session; the code here is
+// the measured one: ptxas schedules it differently with any change to its form, which moved some dims by 4-9%
+// (docs/PERFORMANCE.md).
+template <int kRows, int kVecs, int kThreads, class Offset>
+__device__ __forceinline__ void load_rows_shifted(u16* s, const u16* any, const u16* g, long long row_stride,
+                                                  int valid_rows, int end, int tid, Offset offset) {
+    auto bytes_of = [&](int v) {
+        const int left = 2 * (end - 8 * v);
+        return left < 0 ? 0 : left > 16 ? 16 : left;
+    };
+    constexpr int kUp = row_threads(kVecs);
+    constexpr int kCols = kUp > 0 && 5 * (kUp - kVecs) <= kUp ? kUp : floor_pow2(kVecs);
+    static_assert(kThreads % kCols == 0, "whole rows per pass");
+    constexpr int kRowStep = kThreads / kCols;
+    const int r0 = tid / kCols, v = tid - r0 * kCols, bytes = bytes_of(v);
+#pragma unroll
+    for (int j = 0; j < (kRows + kRowStep - 1) / kRowStep; ++j) {
+        const int r = r0 + j * kRowStep;
+        if ((kCols <= kVecs || v < kVecs) && (kRows % kRowStep == 0 || r < kRows)) {
+            const bool valid = r < valid_rows && bytes > 0;
+            ptx::cp_async_16_first(ptx::smem_u32(s + offset(r, 8 * v)), valid ? g + r * row_stride + 8 * v : any,
+                                   valid ? bytes : 0);
+        }
+    }
+    if constexpr (kCols < kVecs) {
+        constexpr int kRest = kVecs - kCols;
+        for (int i = tid; i < kRows * kRest; i += kThreads) {
+            const int r = i / kRest, w = kCols + i - r * kRest;
+            const int bytes = r < valid_rows ? bytes_of(w) : 0;
+            ptx::cp_async_16_first(ptx::smem_u32(s + offset(r, 8 * w)), bytes > 0 ? g + r * row_stride + 8 * w : any,
+                                   bytes);
+        }
+    }
+}
+
 // Zeroes columns [kHeadDim, kPad) of `rows` rows: the MMA reads them, so they must hold exact zeros.
 template <int kRows, int kHeadDim, int kPad, int kThreads, class Offset>
 __device__ __forceinline__ void zero_pad_cols(u16* s, int tid, Offset offset) {
@@ -148,6 +200,18 @@ __device__ __forceinline__ void zero_pad_cols(u16* s, int tid, Offset offset) {
         for (int i = tid; i < kRows * kW; i += kThreads) {
             const int r = i / kW;
             s[offset(r, kHeadDim + (i - r * kW))] = u16(0);
+        }
+    }
+}
+
+// The same for rows shifted right by `shift` columns: the kPad - kHeadDim columns outside [shift, shift + kHeadDim).
+template <int kRows, int kHeadDim, int kPad, int kThreads, class Offset>
+__device__ __forceinline__ void zero_cols_outside(u16* s, int tid, Offset offset, int shift) {
+    if constexpr (kPad > kHeadDim) {
+        constexpr int kW = kPad - kHeadDim;
+        for (int i = tid; i < kRows * kW; i += kThreads) {
+            const int r = i / kW, e = i - r * kW;
+            s[offset(r, e < shift ? e : kHeadDim + e)] = u16(0);
         }
     }
 }

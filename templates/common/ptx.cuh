@@ -29,6 +29,12 @@ __device__ __forceinline__ void cp_async(u32 dst, const void* src, bool valid) {
     }
 }
 
+// A 16-byte cp.async of which only the first `src_bytes` (0..16) are read, the rest of the destination zeroed: a
+// shifted row's last vector (nothing past the row is read) and the vectors past it.
+__device__ __forceinline__ void cp_async_16_first(u32 dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int kPending>

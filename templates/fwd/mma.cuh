@@ -6,7 +6,8 @@
 //
 // Head dims are padded to the MMA shape: QK^T reduces over kPadQK (a multiple of 16, the k of m16n8k16) and PV
 // produces kPadV columns (a multiple of 8, the n). Padded columns are zeroed in shared memory once and never
-// written by loads, so they contribute exact zeros; they are never stored.
+// written by loads, so they contribute exact zeros; they are never stored. Shifted rows (head dims off the 8 grid)
+// place each row a few columns right, as 16-byte vectors from the boundary before it (below).
 #pragma once
 #include "common/cta_tile.cuh"
 #include "common/epilogue.cuh"
@@ -28,6 +29,7 @@ namespace rtattn {
 //   kBlockM, kBlockN, kWarps, kMTiles, kStages, kQInRegs, kKVApart
 //   kVecQK, kVecV           elements per global vector access (each divides its head dim)
 //   kRotateRows             head dims 4 mod 8: K and V rows as rotated 16-byte vectors where the call's strides allow
+//   kShiftRows              head dims off the 8 grid: K and V rows as shifted 16-byte vectors where the strides allow
 template <class T>
 struct FwdShape {
     static constexpr int kThreads = T::kWarps * 32;
@@ -39,8 +41,16 @@ struct FwdShape {
     static constexpr int kSmemBytes =
         geometry::fwd_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages);
 
-    static_assert(T::kPadQK % 16 == 0 && T::kPadQK >= T::kHeadDimQK && T::kPadQK - T::kHeadDimQK < 16, "QK pad");
-    static_assert(T::kPadV % 8 == 0 && T::kPadV >= T::kHeadDimV && T::kPadV - T::kHeadDimV < 8, "V pad");
+    // Each tensor's rows off the 8 grid are shifted (kShiftRows: pads with room for the shift) or not (the next pad).
+    static constexpr bool kShiftK = T::kShiftRows && !T::kPaged && T::kVecQK < 8;
+    static constexpr bool kShiftV = T::kShiftRows && !T::kPaged && T::kVecV < 8;
+    static constexpr int kVecsK = geometry::shifted_vectors(T::kHeadDimQK);
+    static constexpr int kVecsV = geometry::shifted_vectors(T::kHeadDimV);
+    static_assert(T::kPadQK % 16 == 0 && T::kPadQK >= (kShiftK ? 8 * kVecsK : T::kHeadDimQK) &&
+                      T::kPadQK - T::kHeadDimQK < 32, "QK pad");
+    static_assert(T::kPadV % 8 == 0 && T::kPadV >= (kShiftV ? 8 * kVecsV : T::kHeadDimV) && T::kPadV - T::kHeadDimV < 16,
+                  "V pad");
+    static_assert(!T::kShiftRows || !T::kRotateRows, "rows shift or rotate");
     static_assert(T::kBlockM == T::kWarps * T::kMTiles * 16, "each warp owns kMTiles 16-row tiles");
     static_assert(T::kBlockN % 16 == 0, "kBlockN is consumed in k-steps of 16 by PV");
     static_assert(T::kHeadDimQK % T::kVecQK == 0 && T::kHeadDimV % T::kVecV == 0, "vectors tile the row");
@@ -77,9 +87,30 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
 
     auto at_qk = [](int r, int c) { return r * S::kStrideQK + c; };
     auto at_v = [](int r, int c) { return r * S::kStrideV + c; };
-    detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
-    detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
-    detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
+
+    // Shifted rows (head dims off the 8 grid, rows of a sequence and head all alike modulo 16 bytes: p.rotate_*):
+    // K and V rows move as whole 16-byte vectors from the boundary at or before each (load_rows_shifted), landing
+    // `shift` columns right. Q is placed with K's shift, its other columns zero; K's columns in front of the row (a
+    // neighbour's, maybe NaN) are masked out of its MMA fragments, the loads zero-fill those after it; V's reach only
+    // O's columns outside the row, and O is stored from V's shift. Elsewhere (shift 0) rows move in kVec vectors.
+    const bool shift_k = S::kShiftK && p.rotate_k == 1, shift_v = S::kShiftV && p.rotate_v == 1;
+    auto shift_of = [](bool on, const u16* g) { return on ? int(reinterpret_cast<unsigned long long>(g) & 15) / 2 : 0; };
+    const int sh_k = shift_of(shift_k, gK), sh_v = shift_of(shift_v, gV);
+    if constexpr (S::kShiftK)
+        detail::zero_cols_outside<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk, sh_k);
+    else
+        detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
+    if (shift_k)  // the loads write every vector's columns, data or zeros
+        detail::zero_pad_cols<T::kStages * T::kBlockN, 8 * S::kVecsK, T::kPadQK, kThreads>(sK, tid, at_qk);
+    else
+        detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimQK, T::kPadQK, kThreads>(sK, tid, at_qk);
+    if (shift_v)
+        detail::zero_pad_cols<T::kStages * T::kBlockN, 8 * S::kVecsV, T::kPadV, kThreads>(sV, tid, at_v);
+    else
+        detail::zero_pad_cols<T::kStages * T::kBlockN, T::kHeadDimV, T::kPadV, kThreads>(sV, tid, at_v);
+    // K's fragments of the first k-step: this lane's two columns (2 * (lane % 4) and one more) kept where not in
+    // front of the row.
+    const u32 lead_mask = (2 * (lane & 3) >= sh_k ? 0xffffu : 0u) | (2 * (lane & 3) + 1 >= sh_k ? 0xffff0000u : 0u);
 
     // Head dims of 4 mod 8 (d132) whose rows of this sequence and head all start alike modulo 16 bytes
     // (p.rotate_*): K and V rows move as 16-byte vectors, stored rotated by 0 or 4 columns (load_rows_rotated); Q
@@ -95,6 +126,14 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     const int* table = T::kPaged ? p.block_table + blockIdx.z * p.block_table_stride : nullptr;
     auto load_k = [&](int block, int slot) {
         const int k0 = (n_first + block) * T::kBlockN;
+        if constexpr (S::kShiftK) {
+            if (shift_k) {
+                detail::load_rows_shifted<T::kBlockN, S::kVecsK, kThreads>(
+                    sK + slot * S::kKElems, gK, gK - sh_k + (long long)k0 * p.k_seq_stride, p.k_seq_stride,
+                    seqlen_k - k0, sh_k + T::kHeadDimQK, tid, at_qk);
+                return;
+            }
+        }
         if constexpr (kRotK) {
             if (rotate_k) {
                 detail::load_rows_rotated<T::kBlockN, T::kHeadDimQK, kThreads>(
@@ -115,6 +154,14 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     };
     auto load_v = [&](int block, int slot) {
         const int k0 = (n_first + block) * T::kBlockN;
+        if constexpr (S::kShiftV) {
+            if (shift_v) {
+                detail::load_rows_shifted<T::kBlockN, S::kVecsV, kThreads>(
+                    sV + slot * S::kVElems, gV, gV - sh_v + (long long)k0 * p.v_seq_stride, p.v_seq_stride,
+                    seqlen_k - k0, sh_v + T::kHeadDimV, tid, at_v);
+                return;
+            }
+        }
         if constexpr (kRotV) {
             if (rotate_v) {
                 detail::load_rows_rotated<T::kBlockN, T::kHeadDimV, kThreads>(
@@ -145,8 +192,8 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
             sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid,
             [=](int r, int c) { return at_qk(r, c >= rot_k ? c - rot_k : c - rot_k + T::kHeadDimQK); });
     else
-        detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid,
-                                                                          at_qk);
+        detail::load_tile<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(
+            sQ, gQ, p.q_seq_stride, seqlen_q - q0, tid, [=](int r, int c) { return at_qk(r, c + sh_k); });
     ptx::cp_async_commit();
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
@@ -225,6 +272,7 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
             for (int np = 0; np < kNB / 2; ++np) {
                 u32 b0, b1, b2, b3;
                 ptx::ldsm_x4(k_tile + 2 * (np * 16 * S::kStrideQK + kk * 16), b0, b1, b2, b3);
+                if (S::kShiftK && kk == 0) b0 &= lead_mask, b2 &= lead_mask;  // columns 0..7 of two key blocks
 #pragma unroll
                 for (int mt = 0; mt < T::kMTiles; ++mt) {
                     const u32(&a)[4] = T::kQInRegs ? q_frag[mt][T::kQInRegs ? kk : 0] : a_tmp[mt];
@@ -284,7 +332,8 @@ __device__ __forceinline__ void flash_fwd(const FwdParams& p) {
     detail::normalize_and_stage<T::kBF16, T::kMTiles, kNV, S::kStrideV, T::kSinks>(p, seq, acc_o, row_max, row_sum,
                                                                                    sQ, warp_row0, q0, lane);
     __syncthreads();
-    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid, rot_v);
+    detail::store_tile<T::kBlockM, T::kHeadDimV, T::kVecV, S::kStrideV, kThreads>(p, seq, sQ, q0, tid, rot_v, -1,
+                                                                                  sh_v);
 }
 
 }  // namespace rtattn
