@@ -161,9 +161,10 @@ bool rotation_pays(int d, int vec) {
 // before each, where the config's kv heads make packed rows 16-byte multiples (the calls' strides then keep a head's
 // rows alike modulo 16 bytes; others take kVec vectors at the same pads), within the widest pad. Not for a paged cache.
 // Against the pad16 ideal (H200 pinned to sm_90, S = 16k, H = 16, bf16, non-causal / causal; thirty-fourth session,
-// one command, the loader's first form; the final one's sweep is in docs/PERFORMANCE.md), shifted / as before: d65 0.99 / 0.99 vs 0.34 / 0.28 (one element a copy), d129 0.95 / 0.93 vs 0.27 / 0.24, d130
-// 0.99 / 0.99 vs 0.72 / 0.72, d250 0.93 / 0.95 vs 0.77 / 0.78; at 4 mod 8 against rotated or 8-byte rows d76 0.85 /
-// 0.88 vs 0.76 / 0.84, d140 0.93 / 0.96 vs 0.85 / 0.87, d132 0.995 vs 0.98, d36, 100, 188 +1-3%, d252 even.
+// one command, the loader's first form; the final one's sweep is in docs/PERFORMANCE.md), shifted / as before: d65
+// 0.99 / 0.99 vs 0.34 / 0.28 (one element a copy), d129 0.95 / 0.93 vs 0.27 / 0.24, d130 0.99 / 0.99 vs 0.72 / 0.72,
+// d250 0.93 / 0.95 vs 0.77 / 0.78; at 4 mod 8 against rotated or 8-byte rows d76 0.85 / 0.88 vs 0.76 / 0.84, d140
+// 0.93 / 0.96 vs 0.85 / 0.87, d132 0.995 vs 0.98, d36, 100, 188 +1-3%, d252 even.
 bool mma_shift_applies(const KernelPlan& p) {
     return !p.paged_kv && p.kv_rows_16b && (p.vec_qk < 8 || p.vec_v < 8) &&
            std::max(geometry::shifted_pad(p.head_dim_qk, 16), geometry::shifted_pad(p.head_dim_v, 8)) <=
