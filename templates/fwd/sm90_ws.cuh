@@ -390,14 +390,14 @@ __device__ __forceinline__ void produce_split(const FwdParamsTma& pt, detail::u1
 
 // The producer's zeroing warps' share of a K tile (shifted rows): each row's columns outside the row shifted right by
 // `shift` (the shift's before it, the pad's rest after it), kVec columns a store. Four threads to a row, each with its
-// own pieces, rows 24 apart: a column's XOR swizzle repeats every 8 rows, so a piece's address steps by a constant
-// (its panel's row pitch x 24), and with kCache it is worked out once per tile. Working out every store's address for
-// every key block cost the odd head dims 15-20% of their speed and d132 5% (H100). Without kCache (the 32 registers
-// of a three-consumer kernel's producer hold no cache: 8-76 bytes of spills; produce_shift says where else) each
-// thread takes whole rows 96 apart, every element's address worked out anew.
-template <int kRows, int kHeadDim, int kPad, int kVec, class L, bool kCache>
+// own pieces, rows kThreads / 4 apart: a column's XOR swizzle repeats every 8 rows, so a piece's address steps by a
+// constant (its panel's row pitch x the step), and with kCache it is worked out once per tile. Working out every
+// store's address for every key block cost the odd head dims 15-20% of their speed and d132 5% (H100). Without
+// kCache (the 32 registers of a three-consumer kernel's producer hold no cache: 8-76 bytes of spills; produce_shift
+// says where else) each thread takes whole rows kThreads apart, every element's address worked out anew.
+template <int kRows, int kHeadDim, int kPad, int kVec, class L, bool kCache, int kThreads>
 struct ZeroOutside {
-    static constexpr int kPieces = (kPad - kHeadDim) / kVec, kLanes = 4, kStep = 96 / kLanes;
+    static constexpr int kPieces = (kPad - kHeadDim) / kVec, kLanes = 4, kStep = kThreads / kLanes;
     static constexpr int kPerLane = (kPieces + kLanes - 1) / kLanes;
     static constexpr int kCached = kCache && kPerLane > 0 ? kPerLane : 1;  // (K of a head dim on the 16 grid: none)
     static_assert(kStep % 8 == 0, "rows of a thread share their swizzle");
@@ -427,7 +427,7 @@ struct ZeroOutside {
             }
         } else {
 #pragma unroll 1
-            for (int r = t; r < kRows; r += 96) {
+            for (int r = t; r < kRows; r += kThreads) {
 #pragma unroll 4  // fully unrolled, 20-31 columns of 2-byte pieces spilled the 32-register producer
                 for (int e = 0; e < kPad - kHeadDim; e += kVec)
                     *reinterpret_cast<Vec*>(s + L::offset(r, e < shift ? e : e + kHeadDim)) = Vec{};
@@ -436,15 +436,22 @@ struct ZeroOutside {
     }
 };
 
-// Shifted-row producer (kShiftRows). Thread 0 issues the boxes, each panel of whole rows from the 32-byte (or
-// 16-byte) boundary at or before the row on, K's completing on the slot's landed barrier and V's on its full one, as
-// the whole-row producer does. Warps 1-3 wait for each K tile to land, zero its rows' columns outside the row (the
-// neighbouring heads' data there, or a strided layout's gaps, would meet Q's zeros as 0 x NaN where they are not
-// finite) and then mark it full (three arrivals). V's columns outside the row reach only O's columns outside it,
-// never stored. Issuing and zeroing apart keep both chains as short as the whole-row producer's: one thread that
-// waited for each K tile to land before issuing the next boxes put the TMA latency into every key block (H200: d194
-// and d226, 64-key tiles, at 0.79-0.82 of the pad16 ideal), and zeroing after the wait for V's slot put the zeroing on
-// the consumers' path (d131 0.65, d132 0.83).
+// Shifted-row producer (kShiftRows). Boxes of whole rows from the 32-byte (or 16-byte) boundary at or before the row
+// on, a box per panel: warp 0 issues K's, completing on the slot's landed barrier, warp 1 V's, on its full one (lane 0
+// of each, every lane a page's box from a paged cache). Warps 2-3 wait for each K tile to land, zero its rows' columns
+// outside the row (the neighbouring heads' data there, or a strided layout's gaps, would meet Q's zeros as 0 x NaN
+// where they are not finite) and then mark it full (two arrivals). V's columns outside the row reach only O's columns
+// outside it, never stored.
+// The zeroing is on K's path to the consumers, and its stores wait behind the tile writes in flight: leaving them out
+// ran d164..184 at 0.98-1.00 of the pad16 ideal where they ran 0.93-0.95 (H200), wherever they went (into Q's zero
+// columns instead: as slow), and landing K's edge panels first did not help. Issuing K apart from V gives the chain
+// the slack: one thread issuing both waited for V's slot (PV of the block two back) before each next K; apart, K's
+// boxes leave as soon as QK^T of the block two back is done. H200, S = 16k, each against pad16(d) interleaved, two
+// rounds: d164 0.94 -> 0.98, d168 0.94 -> 0.98, d180 0.93 -> 0.98-0.99, d148 0.98 -> 1.00, d196 0.95 / 0.98 -> 0.97 /
+// 0.99, d132 even (non-causal / causal where they differ).
+// Earlier forms: one thread that waited for each K tile to land before issuing the next boxes put the TMA latency into
+// every key block (d194 and d226, 64-key tiles, at 0.79-0.82 of the pad16 ideal), and zeroing after the wait for V's
+// slot put the zeroing on the consumers' path (d131 0.65, d132 0.83).
 template <class T>
 __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u16* sK, detail::u16* sV,
                                               sm90::KvRing<T::kStages> ring, const detail::CtaTile& cta,
@@ -455,12 +462,12 @@ __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u1
     using LV = sm90::VLayout<T>;
     constexpr int kSt = T::kStages;
     const int kv_head = c.head / pt.p.q_per_kv;
-    if (ptid >= 32) {  // warps 1-3: zero each landed K tile outside its rows
+    if (ptid >= 64) {  // warps 2-3: zero each landed K tile outside its rows
         // A cache of up to 16 pieces (8 registers): 21 (d235, 16 more columns) spilled with packed sequences.
         constexpr bool kCache =
             FwdShapeSm90Ws<T>::kProducerRegs >= 56 && (T::kPadQK - T::kHeadDimQK) / T::kVecQK <= 16;
-        const ZeroOutside<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kVecQK, LK, kCache> zeros(ptid - 32,
-                                                                                              pt.k_shift[kv_head % 16]);
+        const ZeroOutside<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kVecQK, LK, kCache, 64> zeros(
+            ptid - 64, pt.k_shift[kv_head % 16]);
         for (int j = 0; j < cta.n_blocks; ++j) {
             const int b = it + j, slot = ring.slot(b);
             ptx::mbar_wait(ring.landed_k(slot), ring.full_parity(b));
@@ -471,7 +478,8 @@ __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u1
         }
         return;
     }
-    if (T::kPaged ? ptid >= 32 : ptid != 0) return;  // the issuing warp (lane 0 alone but for pages)
+    const int w = ptid >> 5, lane = ptid & 31;  // warp 0 issues K, warp 1 V
+    if (!T::kPaged && lane != 0) return;         // (lane 0 alone but for pages)
     const int k_col = kv_head * pt.k_col_step - pt.k_shift[kv_head % 16];
     const int v_col = kv_head * pt.v_col_step - pt.v_shift[kv_head % 16];
     const int k_head = kv_head * pt.k_head_step, v_head = kv_head * pt.v_head_step;
@@ -484,21 +492,24 @@ __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u1
         const u32 k_dst = ptx::smem_u32(sK + slot * B::kKElems), v_dst = ptx::smem_u32(sV + slot * B::kVElems);
         const int rows = boxes.rows(key, cta.seqlen_k);
         int row, seq, at;
-        const bool mine = boxes.mine(key, cta.seqlen_k, ptid, row, seq, at);
-        if (b >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
-        expect_boxes<T>(landed, 2 * (B::kKElems / T::kBlockN) * rows, ptid);
-        if (mine)
-            for_each_box_panel<LK>(row, [&](int kind, int col, int offset) {
-                ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], k_col + col, seq_first ? seq : k_head,
-                                 seq_first ? k_head : seq, at, landed);
-            });
-        if (b >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
-        expect_boxes<T>(full_v, 2 * (B::kVElems / T::kBlockN) * rows, ptid);
-        if (mine)
-            for_each_box_panel<LV>(row, [&](int kind, int col, int offset) {
-                ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], v_col + col, seq_first ? seq : v_head,
-                                 seq_first ? v_head : seq, at, full_v);
-            });
+        const bool mine = boxes.mine(key, cta.seqlen_k, lane, row, seq, at);
+        if (w == 0) {
+            if (b >= kSt) ptx::mbar_wait(ring.empty_k(slot), parity);
+            expect_boxes<T>(landed, 2 * (B::kKElems / T::kBlockN) * rows, lane);
+            if (mine)
+                for_each_box_panel<LK>(row, [&](int kind, int col, int offset) {
+                    ptx::tma_load_4d(k_dst + offset, &pt.k_map[kind], k_col + col, seq_first ? seq : k_head,
+                                     seq_first ? k_head : seq, at, landed);
+                });
+        } else {
+            if (b >= kSt) ptx::mbar_wait(ring.empty_v(slot), parity);
+            expect_boxes<T>(full_v, 2 * (B::kVElems / T::kBlockN) * rows, lane);
+            if (mine)
+                for_each_box_panel<LV>(row, [&](int kind, int col, int offset) {
+                    ptx::tma_load_4d(v_dst + offset, &pt.v_map[kind], v_col + col, seq_first ? seq : v_head,
+                                     seq_first ? v_head : seq, at, full_v);
+                });
+        }
     }
 }
 
@@ -664,11 +675,11 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     if (tid == 0) {
         // TMA: one thread arrives (with the byte count); cp.async: every producer thread arrives once per tile;
         // split rows: both (each producer warp after storing its rows' tails); shifted rows: K's box bytes land on
-        // their own barrier, and producer warps 1-3 mark K full once its rows are zeroed outside the row.
+        // their own barrier, and producer warps 2-3 mark K full once its rows are zeroed outside the row.
         const bool tma = T::kSwizzle && pt.use_tma != 0;
         const u32 loaders = !tma ? 128 : T::kSplitRows ? 5 : 1;
         for (int st = 0; st < kSt; ++st) {
-            ptx::mbar_init(ring.full_k(st), tma && T::kShiftRows ? 3 : loaders);
+            ptx::mbar_init(ring.full_k(st), tma && T::kShiftRows ? 2 : loaders);
             ptx::mbar_init(ring.full_v(st), loaders);
             if constexpr (T::kShiftRows) ptx::mbar_init(ring.landed_k(st), 1);
             ptx::mbar_init(ring.empty_k(st), T::kWarps);  // one arrival per consumer warp
