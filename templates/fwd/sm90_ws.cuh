@@ -442,13 +442,12 @@ struct ZeroOutside {
 // outside the row (the neighbouring heads' data there, or a strided layout's gaps, would meet Q's zeros as 0 x NaN
 // where they are not finite) and then mark it full (two arrivals). V's columns outside the row reach only O's columns
 // outside it, never stored.
-// The zeroing is on K's path to the consumers, and its stores wait behind the tile writes in flight: leaving them out
-// ran d164..184 at 0.98-1.00 of the pad16 ideal where they ran 0.93-0.95 (H200), wherever they went (into Q's zero
-// columns instead: as slow), and landing K's edge panels first did not help. Issuing K apart from V gives the chain
-// the slack: one thread issuing both waited for V's slot (PV of the block two back) before each next K; apart, K's
-// boxes leave as soon as QK^T of the block two back is done. H200, S = 16k, each against pad16(d) interleaved, two
-// rounds: d164 0.94 -> 0.98, d168 0.94 -> 0.98, d180 0.93 -> 0.98-0.99, d148 0.98 -> 1.00, d196 0.95 / 0.98 -> 0.97 /
-// 0.99, d132 even (non-causal / causal where they differ).
+// The zeroing is on K's path to the consumers and its stores are slow to complete (likely behind the tile writes in
+// flight): leaving them out ran d164..184 at 0.98-1.00 of the pad16 ideal, with them 0.93-0.95 (H200), wherever they
+// went; landing K's edge panels first did not help. Issuing K apart from V gives that chain slack: one thread issuing
+// both waited for V's slot (PV of the block two back) before each next K; apart, K's boxes leave once QK^T of the
+// block two back is done: d164, 168, 180 0.93-0.95 -> 0.98-0.99, d148 -> 1.00, d132 even (docs/PERFORMANCE.md,
+// thirty-fifth session).
 // Earlier forms: one thread that waited for each K tile to land before issuing the next boxes put the TMA latency into
 // every key block (d194 and d226, 64-key tiles, at 0.79-0.82 of the pad16 ideal), and zeroing after the wait for V's
 // slot put the zeroing on the consumers' path (d131 0.65, d132 0.83).
