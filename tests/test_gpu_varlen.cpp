@@ -341,8 +341,8 @@ TEST_CASE("varlen: head dims, ragged batches with empty and one-token sequences"
         run_case(c);
     }
     // Head dims off the 8 grid with 8 kv heads: d140 splits rows on sm_90a (32-byte boxes: four head classes over
-    // the packed total_k rows), d33 and d90 take the kernels without TMA.
-    for (int d : {33, 90, 140}) {
+    // the packed total_k rows), d33 and d90 take the kernels without TMA, d253 shifted rows 16 columns past 256.
+    for (int d : {33, 90, 140, 253}) {
         VarlenCase c;
         c.d_qk = c.d_v = d;
         c.heads_q = 16, c.heads_kv = 8, c.causal = d == 33;

@@ -189,7 +189,7 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
     // Split rows where their PV is narrower (V padded to 8 in one wide instruction) or, at 12 mod 16 in four head
     // classes, all their boxes start 32-byte aligned; shifted rows everywhere else that kv heads make packed rows
     // 16-byte multiples, 16 columns wider where the pad to 16 leaves too little room for the shift (11, 13, 14, 15
-    // mod 16), up to the widest row (d251, 253, 254, 255 have none).
+    // mod 16; d251, 253, 254, 255: 272, past 256, on a row of their own with 32-key tiles).
     const std::set<int> split = {68, 72, 76, 108, 136, 140, 172, 200, 204, 220, 236};
     for (int d = 1; d <= 256; ++d) {
         CAPTURE(d);
@@ -200,7 +200,7 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
             continue;
         }
         CHECK(p.split_rows == (split.count(d) > 0));
-        const bool shift = split.count(d) == 0 && d < 251 || d == 252;
+        const bool shift = split.count(d) == 0;
         CHECK(p.shift_rows == shift);
         CHECK(producer(p) == (shift || p.split_rows));
         if (!p.shift_rows) continue;
@@ -214,6 +214,7 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
         CHECK(!p.wide_v);
         CHECK(p.kernel().find("shifted rows") != std::string::npos);
         CHECK(p.smem_bytes == rtattn::kernels::fwd_sm90_ws().smem_bytes(p));
+        CHECK(p.block_n == (p.pad_qk > 256 ? 32 : d > 192 ? 64 : p.block_n));  // 272 columns: O at 136 fp32/thread
         // Shifted rows need packed K/V rows of 16-byte multiples: none with one kv head off the 8 grid. sm_80 shifts
         // by cp.async (the mma.sync forward: the next test case).
         CHECK(plan(cfg(d, "sm_90a", 0, 1)).shift_rows == (d % 8 == 0));
@@ -320,8 +321,10 @@ TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync,
     CHECK(plan(cfg(36, "sm_90a", 0, 2)).family == &rtattn::kernels::fwd_sm90_ws());  // shifted rows: TMA
     CHECK(plan(cfg(36, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_mma());
     CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());  // 2 mod 4 without TMA: unmeasured
-    CHECK(plan(cfg(254, "sm_90a", 0, 8)).family == &rtattn::kernels::fwd_sm90());  // shifted rows would need 272
-    CHECK(plan(cfg(255, "sm_90a", 0, 8)).family == &rtattn::kernels::fwd_mma());
+    CHECK(plan(cfg(254, "sm_90a", 0, 8)).family == &rtattn::kernels::fwd_sm90_ws());  // shifted rows in 272 columns
+    CHECK(plan(cfg(254, "sm_90a", 0, 8)).pad_v == 272);
+    CHECK(plan(cfg(254, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_sm90());  // rows off 16 bytes: no TMA
+    CHECK(plan(cfg(255, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_mma());
 }
 
 TEST_CASE("wide V tiles: one PV instruction where per-width panels would end in an 8-wide one", "[plan]") {

@@ -76,6 +76,12 @@ constexpr TileRow kTiles[] = {
      .ping_pong = true,
      .why = "sm_90a, d<=256: 64-key tiles leave registers for O (128 fp32/thread): 699/610 TFLOPS at d256 vs 670/614 "
             "without turn-taking and 648/583 with 80 keys (spills when causal)"},
+    {.family = fwd_sm90_ws, .max_pad = 272, .block_m = 128, .block_n = 32, .warps = 8, .stages = 3, .swizzle = true,
+     .ping_pong = true,
+     .why = "sm_90a, shifted rows of d251, 253, 254, 255 (the shift needs 4-7 columns past 256): O at 136 fp32/thread "
+            "spilled 88-104 bytes with 64-key tiles (36-56 with 232 consumer registers); 32-key tiles and 3 stages: "
+            "d253 381/348 TFLOPS vs 339/309 with 2 stages and 360/334 without turn-taking, 0.51-0.71 of the d256 "
+            "ideal where mma.sync ran 0.08 (H200)"},
     // Every arch: mma.sync m16n8k16.
     {.family = fwd_mma, .max_pad = 64, .block_m = 128, .block_n = 64, .warps = 4, .m_tiles = 2, .q_in_regs = true,
      .why = "d<=64: accumulators are small, so two m-tiles per warp halve K/V shared-memory reads per MMA"},
@@ -123,16 +129,16 @@ bool mma_beats_cp_async(const KernelPlan& p) {
 // Shifted rows (geometry::shift_fits): whole rows by TMA, shifted to 32-byte (or 16-byte) aligned boxes, wherever the
 // kv heads make packed rows 16-byte multiples. Each tensor's row needs room for its shift beyond the head dim: the
 // pad to 16, or 16 columns more where that leaves too little (d = 11, 13, 14, 15 mod 16: 16 more columns of MMA
-// work, against kernels without TMA at 0.1-0.3 of the pad16 ideal), within the table's widest row. d162 and d226
-// take the 16 columns too: at the pad to 16 their consumers spilled 4 bytes (ptxas, every dtype and mask; no tile,
-// staging or walk change removed it), at 192 and 256 none.
+// work, against kernels without TMA at 0.1-0.3 of the pad16 ideal), within the table's widest row (272: d251, 253,
+// 254 and 255 on a row of their own). d162 and d226 take the 16 columns too: at the pad to 16 their consumers spilled
+// 4 bytes (ptxas, every dtype and mask; no tile, staging or walk change removed it), at 192 and 256 none.
 int shift_pad(int d) {
     const int pad = geometry::round_up(d, 16);
     return geometry::shift_fits(d, pad) && d != 162 && d != 226 ? pad : pad + 16;
 }
 bool shift_addressable(const KernelPlan& p) {
     const int pad_qk = shift_pad(p.head_dim_qk), pad_v = shift_pad(p.head_dim_v);
-    return p.kv_rows_16b && std::max(pad_qk, pad_v) <= AttentionConfig::kMaxHeadDim &&
+    return p.kv_rows_16b && std::max(pad_qk, pad_v) <= shift_pad(AttentionConfig::kMaxHeadDim - 1) &&
            geometry::shift_rows_fit(p.head_dim_qk, pad_qk, p.head_dim_v, pad_v);
 }
 
