@@ -304,6 +304,25 @@ TEST_CASE("kv heads enter a kernel only through whether packed K/V rows are 16-b
     CHECK(plan(cfg(140, "sm_90a", 0, 16)).family == &rtattn::kernels::fwd_sm90_ws());
 }
 
+TEST_CASE("softcap with ALiBi leaves the three-consumer tile for 128 query rows (it spilled), either alone keeps it",
+          "[plan]") {
+    for (int d : {16, 48, 64}) {
+        CAPTURE(d);
+        auto c = cfg(d, "sm_90a", 0, 8);
+        c.softcap = true;
+        CHECK(plan(c).block_m == 192);
+        c.alibi = true;
+        CHECK(plan(c).block_m == 128);
+        CHECK(plan(c).warps == 8);
+        CHECK(plan(c).reason.find("softcap with ALiBi") != std::string::npos);
+        c.softcap = false;
+        CHECK(plan(c).block_m == 192);
+    }
+    auto wide = cfg(128, "sm_90a", 0, 8);  // two consumers already: unchanged
+    wide.softcap = wide.alibi = true;
+    CHECK(plan(wide).block_m == 128);
+}
+
 TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync, the others the cooperative kernel",
           "[plan]") {
     for (int heads : {1, 2}) {

@@ -292,6 +292,12 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.reason += p.paged_kv ? "; paged KV cache: 128 query rows (three consumers' producer spilled)"
                                    : "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
         }
+        if (p.mask.softcap && p.mask.alibi && p.warps == 12) {
+            // Both score transforms at once: the three consumers' 160 registers spilled 12-24 bytes at d48..64
+            // (ptxas, bf16 and fp16, causal, windowed or packed); two consumer warpgroups have 216 and spill none.
+            p.block_m = 128, p.warps = 8;
+            p.reason += "; softcap with ALiBi: 128 query rows (three consumers spilled)";
+        }
     }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {
         choose_forward_tile(p, a, true, rows, rows_field);
