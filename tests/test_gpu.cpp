@@ -102,7 +102,7 @@ std::vector<Case> shift_row_cases() {
     // odd dims with 8 or 16 kv heads (every shift 0..15; rows 16- or 32-byte multiples), 2 mod 4 with 4 or 8, 4 mod
     // 8 (last panels 16, 32 or 64 wide), 12 mod 16 (half the heads on 16-byte boxes), 8 mod 16 with 1 or 2 kv heads,
     // d_qk != d_v (K and V shift apart); 11, 13, 14, 15 mod 16 (and d162, d226) with 16 more columns of room, past
-    // 256 at d251, 253, 254, 255 (272 columns, 32-key tiles).
+    // 256 at d251, 253, 254, 255 (272 columns, 32-key tiles; d255/128 stays off that row: mma.sync).
     // Normal inputs, several key tiles.
     constexpr int kShapes[][4] = {  // d_qk, d_v, heads_q, heads_kv
         {1, 1, 16, 16},     {3, 3, 8, 8},       {9, 9, 8, 8},       {33, 33, 16, 8},    {131, 131, 16, 16},

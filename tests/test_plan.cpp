@@ -342,6 +342,10 @@ TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync,
     CHECK(plan(cfg(50, "sm_90a")).family == &rtattn::kernels::fwd_sm90());  // 2 mod 4 without TMA: unmeasured
     CHECK(plan(cfg(254, "sm_90a", 0, 8)).family == &rtattn::kernels::fwd_sm90_ws());  // shifted rows in 272 columns
     CHECK(plan(cfg(254, "sm_90a", 0, 8)).pad_v == 272);
+    // Past 256 only where d_qk = d_v: mixed pairs with a side there spilled (ptxas).
+    CHECK(!plan(cfg(128, "sm_90a", 253, 8)).shift_rows);
+    CHECK(!plan(cfg(251, "sm_90a", 200, 8)).shift_rows);
+    CHECK(plan(cfg(251, "sm_90a", 200, 8)).family == &rtattn::kernels::fwd_mma());
     CHECK(plan(cfg(254, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_sm90());  // rows off 16 bytes: no TMA
     CHECK(plan(cfg(255, "sm_90a", 0, 1)).family == &rtattn::kernels::fwd_mma());
 }

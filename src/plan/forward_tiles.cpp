@@ -130,15 +130,19 @@ bool mma_beats_cp_async(const KernelPlan& p) {
 // kv heads make packed rows 16-byte multiples. Each tensor's row needs room for its shift beyond the head dim: the
 // pad to 16, or 16 columns more where that leaves too little (d = 11, 13, 14, 15 mod 16: 16 more columns of MMA
 // work, against kernels without TMA at 0.1-0.3 of the pad16 ideal), within the table's widest row (272: d251, 253,
-// 254 and 255 on a row of their own). d162 and d226 take the 16 columns too: at the pad to 16 their consumers spilled
-// 4 bytes (ptxas, every dtype and mask; no tile, staging or walk change removed it), at 192 and 256 none.
+// 254 and 255 on a row of their own, where d_qk = d_v: pairs with one side there spilled 8-44 bytes, 128/253, 251/200,
+// 254/256). d162 and d226 take the 16 columns too: at the pad to 16 their consumers spilled 4 bytes (ptxas, every
+// dtype and mask; no tile, staging or walk change removed it), at 192 and 256 none.
 int shift_pad(int d) {
     const int pad = geometry::round_up(d, 16);
     return geometry::shift_fits(d, pad) && d != 162 && d != 226 ? pad : pad + 16;
 }
 bool shift_addressable(const KernelPlan& p) {
     const int pad_qk = shift_pad(p.head_dim_qk), pad_v = shift_pad(p.head_dim_v);
-    return p.kv_rows_16b && std::max(pad_qk, pad_v) <= shift_pad(AttentionConfig::kMaxHeadDim - 1) &&
+    const int widest = std::max(pad_qk, pad_v);
+    const bool row = widest <= AttentionConfig::kMaxHeadDim ||
+                     (widest <= shift_pad(AttentionConfig::kMaxHeadDim - 1) && p.head_dim_qk == p.head_dim_v);
+    return p.kv_rows_16b && row &&
            geometry::shift_rows_fit(p.head_dim_qk, pad_qk, p.head_dim_v, pad_v);
 }
 
