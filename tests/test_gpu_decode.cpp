@@ -530,11 +530,10 @@ TEST_CASE("paged prefill on sm_90a: every producer of the warp-specialized kerne
     SKIP_WITHOUT_GPU();
     // d64 (three consumer warpgroups), d128, d132, d36 and d140 (shifted rows), d140 with split rows too (tails
     // loaded per row through the table), d192 (112-key tiles: boxes of 16 rows at most), d256 (64-key tiles), d253
-    // (shifted rows in 272 columns, 32-key tiles). Pages
-    // of 1, 2 and 4 rows load with cp.async (a lookup round per 32 rows), 8..1024 by TMA in boxes of a page or of the
-    // tile's largest power-of-two part. Lengths end inside pages and tiles; the pool's other slots hold NaN
-    // (make_problem), so a box that brought a slot past a length into PV, or a box issued past the sequence's pages,
-    // shows. (On other arches these run the mma.sync kernel, as before.)
+    // (shifted rows in 272 columns, 32-key tiles). Pages of 1, 2 and 4 rows load with cp.async (a lookup round per 32
+    // rows), 8..1024 by TMA in boxes of a page or of the tile's largest power-of-two part. Lengths end inside pages
+    // and tiles; the pool's other slots hold NaN (make_problem), so a box that brought a slot past a length into PV,
+    // or a box issued past the sequence's pages, shows. (On other arches these run the mma.sync kernel, as before.)
     for (int d : {36, 64, 128, 132, 140, -140, 192, 256, 253})
         for (int ps : {1, 2, 4, 8, 32, 128, 1024}) {
             DecodeCase c;
