@@ -700,14 +700,22 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
     // This warpgroup's 64 Q rows of a tile (its own rows: no other warpgroup reads them). Split rows: Q columns
     // rotate with K's; shifted rows: they shift with K's, every other column zero (the dot product only needs both
     // in the same order).
+    // Odd head dims' Q rows as 16-byte blocks where the layout keeps them inside the tensor (else 2-byte loads).
+    const bool q_blocks = T::kVecQK == 1 && sm90::rows_in_blocks(p.q, T::kVarlen ? 0 : p.q_batch_stride, p.q_seq_stride,
+                                                                 p.q_head_stride, p.heads_q, T::kHeadDimQK);
     auto load_q = [&](const sm90::CtaTiles<T>& tiles) {
         const detail::TileCoord c = tiles.coord(pt);
         const detail::CtaTile cta = sm90::tile_at<T>(pt, c);
         const u16* g = cta.q + (long long)q_row0 * p.q_seq_stride;
         const int valid_rows = cta.seqlen_q - cta.q0 - q_row0;
         if constexpr (T::kShiftRows) {
-            sm90::load_tile_shifted<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
-                sQ, g, p.q_seq_stride, valid_rows, ctid, q_row0, pt.k_shift[(c.head / p.q_per_kv) % 16]);
+            const int shift = pt.k_shift[(c.head / p.q_per_kv) % 16];
+            if (T::kVecQK == 1 && q_blocks)
+                sm90::load_tile_shifted_blocks<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, 128, 64>(
+                    sQ, g, p.q_seq_stride, valid_rows, ctid, q_row0, shift);
+            else
+                sm90::load_tile_shifted<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
+                    sQ, g, p.q_seq_stride, valid_rows, ctid, q_row0, shift);
         } else {
             const int q_rot = T::kSplitRows ? pt.k_rot[(c.head / p.q_per_kv) % pt.split_classes] : 0;
             sm90::load_tile<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, T::kVecQK, 128, 64>(
@@ -749,8 +757,9 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         const auto mask = detail::mask_of<T>(seqlen_q, seqlen_k, p);
         // The next tile's Q rows, once this tile's last QK^T has read its own and (O staged over Q) its O has been
         // stored: with O apart, issued under the last PV where the consumers' registers allow (two warpgroups), after
-        // it with three (d56 spilled 24 bytes).
-        constexpr bool kQUnderPV = T::kOApart && kNC < 3;
+        // it with three (d56 spilled 24 bytes) and for odd head dims (their blocks and cuts spilled 4-16 bytes at
+        // d159 and d207 beside the scores, P and O).
+        constexpr bool kQUnderPV = T::kOApart && kNC < 3 && T::kVecQK != 1;
         auto prefetch_q = [&] {
             sm90::CtaTiles<T> after = tiles;
             after.next(pt);

@@ -115,5 +115,64 @@ __device__ __forceinline__ void load_tile_shifted(u16* s, const u16* g, long lon
     }
 }
 
+// Whether every row of a [batch, seq, heads, d] tensor lies in 16-byte blocks of the tensor's own: base 16-byte
+// aligned, packed heads (head stride d) whose token rows are whole blocks (heads x d and the seq and batch strides
+// multiples of 8 elements; a packed sequence's caller passes batch stride 0). Then the aligned blocks that hold any
+// element of a row lie inside its token row, so a row of an odd head dim can be read as 16-byte blocks.
+__device__ __forceinline__ bool rows_in_blocks(const void* base, long long batch_stride, long long seq_stride,
+                                               long long head_stride, int heads, int d) {
+    return (reinterpret_cast<unsigned long long>(base) & 15) == 0 && head_stride == d && (heads * d) % 8 == 0 &&
+           seq_stride % 8 == 0 && batch_stride % 8 == 0;
+}
+
+// load_tile_shifted for rows in whole blocks (rows_in_blocks; kVec 1: odd head dims, whose rows start on any 2-byte
+// boundary). Tile chunk c (columns 8c..8c+7) is row elements 8c - shift on: the two aligned 16-byte blocks around
+// them, each read only where it holds an element of the row, are cut to those 16 bytes in registers (the cut is the
+// same for every row: row strides are whole blocks), elements outside the row zeroed. One chunk takes 2 loads where
+// 2-byte loads took 8.
+template <int kRows, int kHeadDim, int kPad, bool kSwizzle, int kThreads, int kLoadRows = kRows, int kUnroll = 4,
+          class L = TileLayout<kRows, kPad, kSwizzle>>
+__device__ __forceinline__ void load_tile_shifted_blocks(u16* s, const u16* g, long long row_stride, int valid_rows,
+                                                         int tid, int row_base, int shift) {
+    constexpr int kPerRow = kPad / 8, kTotal = kLoadRows * kPerRow;
+    // Chunk c's first element sits `cut` elements into its block (g's own misalignment less the shift, mod 8).
+    const int cut = (int(reinterpret_cast<unsigned long long>(g) >> 1) - shift) & 7;
+    const int words = cut >> 1, half = (cut & 1) * 16;
+#pragma unroll kUnroll
+    for (int i = tid; i < kTotal; i += kThreads) {
+        const int rest = i >> 3;
+        const int rb = rest / kPerRow;
+        const int r = rb * 8 + (i & 7);
+        const int c = rest - rb * kPerRow;
+        const int e0 = c * 8 - shift, b0 = e0 - cut;  // b0: the first block's first element (may be before the row)
+        const bool valid = r < valid_rows;
+        const u16* src = g + r * row_stride + b0;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        const uint4 x = valid && b0 + 8 > 0 && b0 < kHeadDim ? *reinterpret_cast<const uint4*>(src) : zero;
+        const uint4 y = valid && b0 + 16 > 0 && b0 + 8 < kHeadDim ? *reinterpret_cast<const uint4*>(src + 8) : zero;
+        u32 w[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+        if (words & 2) {
+#pragma unroll
+            for (int k = 0; k < 6; ++k) w[k] = w[k + 2];
+        }
+        if (words & 1) {
+#pragma unroll
+            for (int k = 0; k < 7; ++k) w[k] = w[k + 1];
+        }
+        u32 out[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out[k] = __funnelshift_r(w[k], w[k + 1], half);
+        if (e0 < 0 || e0 + 8 > kHeadDim) {  // the row's first or last chunk: elements outside it are zero
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int e = e0 + 2 * k;
+                out[k] &= (unsigned(e) < unsigned(kHeadDim) ? 0xffffu : 0u) |
+                          (unsigned(e + 1) < unsigned(kHeadDim) ? 0xffff0000u : 0u);
+            }
+        }
+        *reinterpret_cast<uint4*>(s + L::offset(row_base + r, c * 8)) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+}
+
 }  // namespace sm90
 }  // namespace rtattn
