@@ -401,9 +401,13 @@ struct ZeroOutside {
     static constexpr int kPerLane = (kPieces + kLanes - 1) / kLanes;
     static constexpr int kCached = kCache && kPerLane > 0 ? kPerLane : 1;  // (K of a head dim on the 16 grid: none)
     static_assert(kStep % 8 == 0, "rows of a thread share their swizzle");
+    static_assert(kRows * kPad < 65536, "a tile offset and its step share one 32-bit register");
     using Vec = typename detail::VecOf<kVec>::type;
     int t, shift;
-    int at[kCached], step[kCached];  // a piece's offset in the thread's first row and per kStep rows; step 0: none
+    // A piece's offset in the thread's first row (low half) and its step per kStep rows (high half; 0: no piece).
+    // One register a piece, so the 56-register producer caches 21 (odd dims of 11 to 15 mod 16: 16 more columns);
+    // as two, 17 or more pieces spilled, and without the cache those dims ran at 0.63-0.75 of their pad's speed.
+    unsigned at_step[kCached];
     __device__ __forceinline__ ZeroOutside(int t_, int shift_) : t(t_), shift(shift_) {
         if constexpr (kCache) {
             const int lane = t % kLanes, r0 = t / kLanes;
@@ -411,8 +415,8 @@ struct ZeroOutside {
             for (int i = 0; i < kPerLane; ++i) {
                 const int e = (lane + i * kLanes) * kVec, col = e < shift ? e : e + kHeadDim;
                 const bool used = lane + i * kLanes < kPieces;
-                at[i] = L::offset(r0, used ? col : 0);
-                step[i] = used ? L::offset(r0 + kStep, col) - at[i] : 0;
+                const int at = L::offset(r0, used ? col : 0), step = used ? L::offset(r0 + kStep, col) - at : 0;
+                at_step[i] = unsigned(at) | unsigned(step) << 16;
             }
         }
     }
@@ -420,9 +424,10 @@ struct ZeroOutside {
         if constexpr (kCache) {
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) {
-                if (step[i] == 0) continue;
+                const int step = int(at_step[i] >> 16);
+                if (step == 0) continue;
 #pragma unroll 1
-                for (int r = t / kLanes, a = at[i]; r < kRows; r += kStep, a += step[i])
+                for (int r = t / kLanes, a = int(at_step[i] & 0xffffu); r < kRows; r += kStep, a += step)
                     *reinterpret_cast<Vec*>(s + a) = Vec{};
             }
         } else {
@@ -462,9 +467,8 @@ __device__ __forceinline__ void produce_shift(const FwdParamsTma& pt, detail::u1
     constexpr int kSt = T::kStages;
     const int kv_head = c.head / pt.p.q_per_kv;
     if (ptid >= 64) {  // warps 2-3: zero each landed K tile outside its rows
-        // A cache of up to 16 pieces (8 registers): 21 (d235, 16 more columns) spilled with packed sequences.
         constexpr bool kCache =
-            FwdShapeSm90Ws<T>::kProducerRegs >= 56 && (T::kPadQK - T::kHeadDimQK) / T::kVecQK <= 16;
+            FwdShapeSm90Ws<T>::kProducerRegs >= 56 && (T::kPadQK - T::kHeadDimQK) / T::kVecQK <= 24;
         const ZeroOutside<T::kBlockN, T::kHeadDimQK, T::kPadQK, T::kVecQK, LK, kCache, 64> zeros(
             ptid - 64, pt.k_shift[kv_head % 16]);
         for (int j = 0; j < cta.n_blocks; ++j) {
