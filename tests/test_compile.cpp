@@ -261,14 +261,14 @@ TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, decode, th
     // (sm_80 d128; sm_90a d100, 255 registers before), the warp-specialized one at 64 queries a step (d128), the wide
     // form (d192) and the split by GEMM (d256). (Spilling, not here: d64's 128-query steps 12 bytes, as with the cap
     // 28; d128 causal and d132 4; bwd_sm90 at d124 32.) With a cap too at d64 (sm_90a: 128 query rows, where the
-    // three-consumer tile spilled 20 bytes) and d256.
+    // three-consumer tile spilled 20 bytes), d160 (sm_90a: 64-key tiles, where 128 keys spilled 60) and d256.
     for (const char* arch : {"sm_80", "sm_90a"})
-        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {256, 2}}) {
+        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {160, 2}, {256, 2}}) {
             const bool causal = d != 128, varlen = d == 132;
             CAPTURE(arch, d, causal, varlen);
             AttentionConfig c;
             c.head_dim_qk = d, c.arch = arch, c.dtype = rtattn::Dtype::bf16, c.causal = causal, c.varlen = varlen;
-            c.num_heads_q = c.num_heads_kv = heads, c.alibi = true, c.softcap = d == 256 || d == 64;
+            c.num_heads_q = c.num_heads_kv = heads, c.alibi = true, c.softcap = d == 256 || d == 64 || d == 160;
             const auto out = rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), arch);
             INFO("NVRTC log:\n" << out.log);
             CHECK(out.ptxas.spill_store_bytes == 0);

@@ -323,6 +323,24 @@ TEST_CASE("softcap with ALiBi leaves the three-consumer tile for 128 query rows 
     CHECK(plan(wide).block_m == 128);
 }
 
+TEST_CASE("softcap with ALiBi at pad 160 takes 64-key tiles (128 keys spilled), either alone or at pad 144 keeps 128",
+          "[plan]") {
+    for (int d : {139, 148, 160}) {  // shifted rows at d139, d148; whole rows at d160
+        CAPTURE(d);
+        auto c = cfg(d, "sm_90a", 0, 8);
+        c.softcap = true;
+        CHECK(plan(c).block_n == 128);
+        c.alibi = true;
+        CHECK(plan(c).block_n == 64);
+        CHECK(plan(c).reason.find("softcap with ALiBi: 64-key tiles") != std::string::npos);
+        c.softcap = false;
+        CHECK(plan(c).block_n == 128);
+    }
+    auto narrow = cfg(144, "sm_90a", 0, 8);
+    narrow.softcap = narrow.alibi = true;
+    CHECK(plan(narrow).block_n == 128);
+}
+
 TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync, the others the cooperative kernel",
           "[plan]") {
     for (int heads : {1, 2}) {
