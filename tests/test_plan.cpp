@@ -304,41 +304,33 @@ TEST_CASE("kv heads enter a kernel only through whether packed K/V rows are 16-b
     CHECK(plan(cfg(140, "sm_90a", 0, 16)).family == &rtattn::kernels::fwd_sm90_ws());
 }
 
-TEST_CASE("softcap with ALiBi leaves the three-consumer tile for 128 query rows (it spilled), either alone keeps it",
+TEST_CASE("softcap with ALiBi leaves the tiles that spilled: 128 query rows at pads <= 64, 64 keys at pad 160",
           "[plan]") {
-    for (int d : {16, 48, 64}) {
+    // Either transform alone keeps the table's tile (none spills); both at once take the smaller one where the
+    // table's spilled (ptxas: d48..64 12-24 bytes with three consumers, pad 160 40-100 with 128 keys).
+    struct Case {
+        int d, rows, keys;  // the tile with both transforms
+    };
+    for (auto [d, rows, keys] : {Case{16, 128, 128}, {48, 128, 128}, {64, 128, 128}, {128, 128, 128}, {139, 128, 64},
+                                 {144, 128, 128}, {148, 128, 64}, {160, 128, 64}}) {
         CAPTURE(d);
         auto c = cfg(d, "sm_90a", 0, 8);
         c.softcap = true;
-        CHECK(plan(c).block_m == 192);
+        const KernelPlan cap = plan(c);
         c.alibi = true;
-        CHECK(plan(c).block_m == 128);
-        CHECK(plan(c).warps == 8);
-        CHECK(plan(c).reason.find("softcap with ALiBi") != std::string::npos);
+        const KernelPlan both = plan(c);
         c.softcap = false;
-        CHECK(plan(c).block_m == 192);
+        const KernelPlan alibi = plan(c);
+        CHECK(alibi.block_m == cap.block_m);
+        CHECK(alibi.block_n == cap.block_n);
+        CHECK(cap.block_m == (d <= 64 ? 192 : 128));
+        CHECK(cap.block_n == 128);
+        CHECK(both.block_m == rows);
+        CHECK(both.block_n == keys);
+        CHECK(both.warps == rows / 16);
+        const bool moved = rows != cap.block_m || keys != cap.block_n;
+        CHECK((both.reason.find("softcap with ALiBi") != std::string::npos) == moved);
     }
-    auto wide = cfg(128, "sm_90a", 0, 8);  // two consumers already: unchanged
-    wide.softcap = wide.alibi = true;
-    CHECK(plan(wide).block_m == 128);
-}
-
-TEST_CASE("softcap with ALiBi at pad 160 takes 64-key tiles (128 keys spilled), either alone or at pad 144 keeps 128",
-          "[plan]") {
-    for (int d : {139, 148, 160}) {  // shifted rows at d139, d148; whole rows at d160
-        CAPTURE(d);
-        auto c = cfg(d, "sm_90a", 0, 8);
-        c.softcap = true;
-        CHECK(plan(c).block_n == 128);
-        c.alibi = true;
-        CHECK(plan(c).block_n == 64);
-        CHECK(plan(c).reason.find("softcap with ALiBi: 64-key tiles") != std::string::npos);
-        c.softcap = false;
-        CHECK(plan(c).block_n == 128);
-    }
-    auto narrow = cfg(144, "sm_90a", 0, 8);
-    narrow.softcap = narrow.alibi = true;
-    CHECK(plan(narrow).block_n == 128);
 }
 
 TEST_CASE("sm_90a without TMA: odd head dims and d<=64 of 4 mod 8 take mma.sync, the others the cooperative kernel",
