@@ -714,7 +714,7 @@ __device__ __forceinline__ void flash_fwd_sm90_ws(const FwdParamsTma& pt) {
         const int valid_rows = cta.seqlen_q - cta.q0 - q_row0;
         if constexpr (T::kShiftRows) {
             const int shift = pt.k_shift[(c.head / p.q_per_kv) % 16];
-            if (T::kVecQK == 1 && q_blocks)
+            if (q_blocks)
                 sm90::load_tile_shifted_blocks<T::kBlockM, T::kHeadDimQK, T::kPadQK, T::kSwizzle, 128, 64>(
                     sQ, g, p.q_seq_stride, valid_rows, ctid, q_row0, shift);
             else
