@@ -296,18 +296,20 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.reason += p.paged_kv ? "; paged KV cache: 128 query rows (three consumers' producer spilled)"
                                    : "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
         }
-        if (p.mask.softcap && p.mask.alibi && p.warps == 12) {
-            // Both score transforms at once: the three consumers' 160 registers spilled 12-24 bytes at d48..64
-            // (ptxas, bf16 and fp16, causal, windowed or packed); two consumer warpgroups have 216 and spill none.
-            p.block_m = 128, p.warps = 8;
-            p.reason += "; softcap with ALiBi: 128 query rows (three consumers spilled)";
-        }
-        if (p.mask.softcap && p.mask.alibi && std::max(p.pad_qk, p.pad_v) == 160 && p.block_n > 64) {
-            // Both transforms beside 128-key scores and O at pad 160 (d139..160): 40-60 bytes spilled, 76-100 with
-            // packed causal sequences; 64-key tiles spill none (ptxas, bf16 and fp16, causal, packed, paged,
-            // windowed, with sinks). Pads up to 144 spill none with 128 keys.
-            p.block_n = 64;
-            p.reason += "; softcap with ALiBi: 64-key tiles (128 keys spilled)";
+        if (p.mask.softcap && p.mask.alibi) {  // both score transforms at once (either alone spills nowhere here)
+            if (p.warps == 12) {
+                // The three consumers' 160 registers spilled 12-24 bytes at d48..64 (ptxas, bf16 and fp16, causal,
+                // windowed or packed); two consumer warpgroups have 216 and spill none.
+                p.block_m = 128, p.warps = 8;
+                p.reason += "; softcap with ALiBi: 128 query rows (three consumers spilled)";
+            }
+            if (std::max(p.pad_qk, p.pad_v) == 160 && p.block_n > 64) {
+                // Beside 128-key scores and O at pad 160 (d139..160): 40-60 bytes spilled, 76-100 with packed causal
+                // sequences; 64-key tiles spill none (ptxas, bf16 and fp16, causal, packed, paged, windowed, with
+                // sinks). Pads up to 144 spill none with 128 keys.
+                p.block_n = 64;
+                p.reason += "; softcap with ALiBi: 64-key tiles (128 keys spilled)";
+            }
         }
     }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {
