@@ -102,7 +102,8 @@ std::vector<Case> shift_row_cases() {
     // odd dims with 8 or 16 kv heads (every shift 0..15; rows 16- or 32-byte multiples), 2 mod 4 with 4 or 8, 4 mod
     // 8 (last panels 16, 32 or 64 wide), 12 mod 16 (half the heads on 16-byte boxes), 8 mod 16 with 1 or 2 kv heads,
     // d_qk != d_v (K and V shift apart); 11, 13, 14, 15 mod 16 (and d162, d226) with 16 more columns of room, past
-    // 256 at d251, 253, 254, 255 (272 columns, 32-key tiles; d255/128 stays off that row: mma.sync).
+    // 256 at d251, 253, 254, 255 (272 columns, 32-key tiles; d255/128 stays off that row: mma.sync). Odd dims up to
+    // 64 with many columns to zero on 128 query rows, not 192: d1, d3, d33 causal, d43 both.
     // Normal inputs, several key tiles.
     constexpr int kShapes[][4] = {  // d_qk, d_v, heads_q, heads_kv
         {1, 1, 16, 16},     {3, 3, 8, 8},       {9, 9, 8, 8},       {33, 33, 16, 8},    {131, 131, 16, 16},
@@ -113,7 +114,8 @@ std::vector<Case> shift_row_cases() {
         {152, 152, 4, 2},   {216, 216, 2, 1},   {248, 248, 2, 2},   {24, 24, 8, 1},     {132, 100, 8, 4},
         {100, 132, 8, 4},   {131, 64, 16, 16},  {64, 131, 16, 8},   {131, 128, 8, 8},   {127, 127, 8, 8},
         {141, 141, 16, 8},  {46, 46, 8, 4},     {239, 239, 8, 8},   {162, 162, 8, 8},   {226, 226, 4, 4},
-        {253, 253, 16, 16}, {251, 251, 8, 8},   {254, 254, 8, 4},   {255, 255, 16, 8},  {255, 128, 8, 8}};
+        {253, 253, 16, 16}, {251, 251, 8, 8},   {254, 254, 8, 4},   {255, 255, 16, 8},  {255, 128, 8, 8},
+        {43, 43, 8, 8}};
     std::vector<Case> out;
     for (auto [dqk, dv, hq, hkv] : kShapes)
         for (Dtype dt : kDtypes)

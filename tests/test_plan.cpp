@@ -238,6 +238,25 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
         c.causal = false;
         CHECK(plan(c).block_m == 192);
     }
+    // Odd head dims with many of K's columns to zero leave the three-consumer tile (its producer has no zeroing
+    // cache): 17 or more columns (16 more: d = 11, 13, 15 mod 16) always, 13-15 when causal or windowed; even dims
+    // keep it.
+    for (int d = 1; d <= 64; ++d) {
+        CAPTURE(d);
+        for (int mask : {0, 1, 2}) {  // none, causal, a window
+            auto c = cfg(d, "sm_90a", 0, 16);
+            c.causal = mask == 1, c.local = mask == 2;
+            const KernelPlan p = plan(c);
+            if (p.pad_qk > 64) continue;  // the 128x128 row already (d59, 61, 62, 63)
+            const int zeroed = p.pad_qk - d;
+            const bool many = d % 2 == 1 && (zeroed > 16 || (mask > 0 && zeroed >= 13));
+            CHECK(p.block_m == (many ? 128 : 192));
+            CHECK(p.warps == p.block_m / 16);
+            CHECK((p.reason.find("many columns to zero") != std::string::npos) == many);
+        }
+    }
+    CHECK(plan(cfg(43, "sm_90a", 0, 16)).block_m == 128);  // 21 columns
+    CHECK(plan(cfg(53, "sm_90a", 0, 16)).block_m == 192);  // 11
     // Mixed head dims: each tensor's own pad; the rule looks at both.
     CHECK(plan(cfg(132, "sm_90a", 100, 8)).shift_rows);   // V's split would not be one wide instruction
     CHECK(plan(cfg(131, "sm_90a", 128, 8)).pad_v == 128);  // a multiple of 16 needs no room: 32-byte rows (or 16)

@@ -230,6 +230,19 @@ void choose_rows(KernelPlan& p, const std::string& rows) {
     }
 }
 
+// Shifted rows leave K's columns outside each row to be zeroed in the producer, at odd head dims one 2-byte piece at
+// a time. Three consumer warpgroups leave it 32 registers, too few for the zeroing cache (ZeroOutside) that two
+// consumers' producer keeps; where a row leaves many columns to zero (pad - d), that costs more than 192 rows save.
+// 128 / 192 rows, H200, bf16, S = 16k, H = 16, non-causal / causal (thirty-eighth session, docs/PERFORMANCE.md):
+// 17-21 columns (d = 11, 13, 15 mod 16, which take 16 more) 1.09-1.26x / 1.12-1.35x (d43 0.59 -> 0.75 of the pad16
+// ideal); 13-15 columns causal 1.03-1.17x (d17, 33, 35, 49, 51; non-causal 0.94-1.07x, kept); 11 or fewer 0.85-0.95x
+// / 0.96-1.06x. Even dims zero in 4-byte pieces or none: d30, 46 (16 more columns) 0.88-0.94x non-causal. A window
+// skips and masks tiles as causal does and goes with it (not timed; 192 rows spilled 4 bytes there at d17, 33, 49).
+bool odd_rows_zero_much(const KernelPlan& p) {
+    const int zeroed = p.pad_qk - p.head_dim_qk;
+    return p.vec_qk == 1 && (zeroed > 16 || ((p.mask.causal || p.mask.local) && zeroed >= 13));
+}
+
 // The first row of the table that the arch runs and whose max_pad covers the plan's padded head dims.
 const TileRow& find_row(const KernelPlan& p, const arch::Arch& a, bool mma_only) {
     const int widest = std::max(p.pad_qk, p.pad_v);
@@ -287,6 +300,10 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             apply_row(p, find_row(shifted, a, false));
             p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.pv_step = shifted.pv_step, p.shift_rows = true;
             p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
+        }
+        if (p.shift_rows && p.warps == 12 && odd_rows_zero_much(p)) {
+            p.block_m = 128, p.warps = 8;
+            p.reason += "; odd head dim with many columns to zero: 128 query rows (the producer's zeroing cache)";
         }
         if (p.shift_rows && ((p.varlen && p.mask.causal) || p.paged_kv) && p.warps == 12) {
             // The three-consumer tile's producer has 32 registers: packed causal sequences' tile walk plus the
