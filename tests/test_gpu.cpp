@@ -79,14 +79,15 @@ std::vector<Case> stride_cases() {
 std::vector<Case> split_row_cases() {
     // Head dims of 4 mod 8 load K/V through split rows on sm_90a (TMA for the main panels, 4 to 28 columns by the
     // producer threads; d84 with V padded to 96) where the kv heads make packed rows 16-byte multiples: even counts
-    // here, and d140 with 15 heads does not (the cooperative kernel). 4 kv heads (d172, d140, d212, d220) rotate rows
-    // to 32-byte boxes in four classes (up to 12 columns, 7 pieces a row at d220), 2 and 6 in two. 8 mod 16 (d72,
-    // d136, d200) split at any count, odd ones too.
+    // here, and d140 with 15 heads does not (the cooperative kernel). d108 and d236 with 4 kv heads rotate rows to
+    // 32-byte boxes in four classes (up to 12 columns), 2 and 6 in two; the other 12 mod 16 dims (d76, 140, 172, 204,
+    // 220) shift whole rows instead. 8 mod 16 (d72, d136, d200) split at any count, odd ones too.
     // d44: mma.sync (a 3-consumer tile). Normal inputs, several key tiles.
     constexpr int kShapes[][3] = {{44, 8, 2},  {76, 8, 2},   {108, 6, 2},  {140, 30, 6}, {172, 4, 4},
                                   {204, 4, 2}, {236, 2, 2},  {140, 15, 15}, {132, 9, 3}, {108, 3, 1},
                                   {84, 8, 4},  {92, 4, 2},   {156, 6, 2},  {220, 2, 2},  {136, 4, 2},
-                                  {72, 3, 3},  {200, 5, 5},  {140, 8, 4},  {220, 8, 4},  {212, 4, 4}};
+                                  {72, 3, 3},  {200, 5, 5},  {140, 8, 4},  {220, 8, 4},  {212, 4, 4},
+                                  {108, 8, 4}, {236, 4, 4}};
     std::vector<Case> out;
     for (auto [d, hq, hkv] : kShapes)
         for (Dtype dt : kDtypes)

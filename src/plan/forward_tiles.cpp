@@ -148,9 +148,13 @@ bool shift_addressable(const KernelPlan& p) {
 
 // How the warp-specialized kernel loads rows off the 16 grid (rows: PlanOptions::rows). Split rows where every box of
 // theirs starts 32-byte aligned (four head classes, each rotating its rows by up to 12 columns, which the tail must
-// hold) and either their PV is narrower (8 mod 16 in one wide instruction: d72, 136, 200) or shifted rows would put
-// half the heads on 16-byte boxes (12 mod 16: d76, 108, 140, 172, 204, 220, 236): 0-12% faster split on an H100,
-// 0-8% on an H200; or where their wide PV saves a tenth of V's padded width (d68: 72 columns, not 80; 4-6% on both).
+// hold) and either their PV is narrower (8 mod 16 in one wide instruction: d72, 136, 200) or, at d108 and d236,
+// shifted rows would put half the heads on 16-byte boxes (12 mod 16); or where their wide PV saves a tenth of V's
+// padded width (d68: 72 columns, not 80; 4-6% on an H100 and an H200). At 12 mod 16 split rows ran 0-12% faster on an
+// H100 and 0-8% on an H200 (fourteenth session), but since shifted rows zero from a cache and load Q in blocks
+// (H200, thirty-eighth session, of the pad16 ideal, split / shifted, non-causal and causal): d76 1.00/0.97 vs
+// 1.04/1.01, d140 0.91/0.93 vs 0.93/0.94, d172 0.89/0.88 vs 0.92/0.89, d204 0.91/0.96 vs 0.95/0.96, d220 0.91/0.88 vs
+// 0.96/0.96 shifted; split still d108 0.93/0.92 vs 0.91/0.90, d236 0.96/0.96 vs 0.95/0.86. Not re-run on an H100.
 // Shifted rows at every other head dim where they fit: split rows with 16-byte boxes ran 2-17% slower on the H100
 // (d132 0.89/0.79 of the pad16 ideal vs 0.95/0.95, d196; d84, 92, 148, 156 in two classes) and even on the H200, and
 // the other 8 mod 16 dims (104, 168, 232) and d212 ran as fast or faster shifted (H200). Each dim against pad16(d)
@@ -213,7 +217,8 @@ void choose_rows(KernelPlan& p, const std::string& rows) {
     const bool boxes_32 = geometry::split_classes(tail_k, tail_v, p.block_n) == 4 &&
                           tail_k >= rotation(p.head_dim_qk) && tail_v >= rotation(p.head_dim_v);
     const bool pv_saves = wide_pv && 10 * (shift_pad(p.head_dim_v) - split.pad_v) >= shift_pad(p.head_dim_v);
-    const bool split_pays = split_fits && ((boxes_32 && (wide_pv || p.head_dim_qk % 16 == 12)) || pv_saves);
+    const bool split_boxes_pay = p.head_dim_qk == 108 || p.head_dim_qk == 236;  // the 12 mod 16 dims split ran faster
+    const bool split_pays = split_fits && ((boxes_32 && (wide_pv || split_boxes_pay)) || pv_saves);
     // A paged cache's split rows would look a page up for every row's tail in the producer threads (d76..236 spilled
     // 4-104 bytes there); shifted rows look pages up only per box.
     const bool shift = rows == "shift"   ? shift_addressable(p)
