@@ -34,6 +34,20 @@ KernelPlan plan(const AttentionConfig& c, const std::string& tile = "", const st
 }
 bool hopper(const KernelPlan& p) { return p.family != &rtattn::kernels::fwd_mma(); }
 bool producer(const KernelPlan& p) { return p.family == &rtattn::kernels::fwd_sm90_ws(); }
+// A config's plans without score transforms, with a cap, with ALiBi and with both.
+struct TransformPlans {
+    KernelPlan none, cap, alibi, both;
+};
+TransformPlans transform_plans(AttentionConfig c) {
+    TransformPlans t{.none = plan(c)};
+    c.softcap = true;
+    t.cap = plan(c);
+    c.alibi = true;
+    t.both = plan(c);
+    c.softcap = false;
+    t.alibi = plan(c);
+    return t;
+}
 }  // namespace
 
 TEST_CASE("head dims pad to the MMA shape, not to a bucket", "[plan]") {
@@ -333,13 +347,7 @@ TEST_CASE("softcap with ALiBi leaves the tiles that spilled: 128 query rows at p
     for (auto [d, rows, keys] : {Case{16, 128, 128}, {48, 128, 128}, {64, 128, 128}, {128, 128, 128}, {139, 128, 64},
                                  {144, 128, 128}, {148, 128, 64}, {160, 128, 64}}) {
         CAPTURE(d);
-        auto c = cfg(d, "sm_90a", 0, 8);
-        c.softcap = true;
-        const KernelPlan cap = plan(c);
-        c.alibi = true;
-        const KernelPlan both = plan(c);
-        c.softcap = false;
-        const KernelPlan alibi = plan(c);
+        const auto [none, cap, alibi, both] = transform_plans(cfg(d, "sm_90a", 0, 8));
         CHECK(alibi.block_m == cap.block_m);
         CHECK(alibi.block_n == cap.block_n);
         CHECK(cap.block_m == (d <= 64 ? 192 : 128));
@@ -349,6 +357,22 @@ TEST_CASE("softcap with ALiBi leaves the tiles that spilled: 128 query rows at p
         CHECK(both.warps == rows / 16);
         const bool moved = rows != cap.block_m || keys != cap.block_n;
         CHECK((both.reason.find("softcap with ALiBi") != std::string::npos) == moved);
+    }
+}
+
+TEST_CASE("ALiBi alone at pad 224 takes 80-key tiles (64 keys spilled there)", "[plan]") {
+    for (int d = 177; d <= 256; ++d) {
+        CAPTURE(d);
+        for (bool causal : {false, true}) {
+            auto c = cfg(d, "sm_90a", 0, 16);
+            c.causal = causal;
+            const auto [none, cap, alibi, both] = transform_plans(c);
+            const bool moved = none.pad_qk == 224;  // d209..224 and d206 (shifted rows with 16 more columns)
+            CHECK(alibi.block_n == (moved ? 80 : none.block_n));
+            CHECK((alibi.reason.find("ALiBi: 80-key tiles") != std::string::npos) == moved);
+            CHECK(both.block_n == none.block_n);  // with a cap: the table's 64 keys (80 spilled 24-68 bytes)
+            CHECK(alibi.block_m == none.block_m);
+        }
     }
 }
 

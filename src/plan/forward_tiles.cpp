@@ -318,7 +318,16 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.reason += p.paged_kv ? "; paged KV cache: 128 query rows (three consumers' producer spilled)"
                                    : "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
         }
-        if (p.mask.softcap && p.mask.alibi) {  // both score transforms at once (either alone spills nowhere here)
+        const int widest = std::max(p.pad_qk, p.pad_v);
+        if (p.mask.alibi && !p.mask.softcap && widest == 224 && p.block_n == 64) {
+            // ALiBi beside O at pad 224 spilled 8-12 bytes with 64-key tiles (ptxas, causal, packed causal, fp16:
+            // d206, 210..224 even); 80 keys spill none there (paged, windowed, non-causal too) and ran even (H200,
+            // S = 16k, 80 / 64 keys, non-causal / causal: d216 0.97 / 0.99, d224 1.01 / 0.99). At pad 208 the
+            // family keeps 64 keys (1024-byte tile alignment), where nothing spilled.
+            p.block_n = 80;
+            p.reason += "; ALiBi: 80-key tiles (64 keys spilled)";
+        }
+        if (p.mask.softcap && p.mask.alibi) {  // both score transforms at once
             if (p.warps == 12) {
                 // The three consumers' 160 registers spilled 12-24 bytes at d48..64 (ptxas, bf16 and fp16, causal,
                 // windowed or packed); two consumer warpgroups have 216 and spill none.
