@@ -253,8 +253,8 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
         CHECK(plan(c).block_m == 192);
     }
     // Odd head dims with many of K's columns to zero leave the three-consumer tile (its producer has no zeroing
-    // cache): 17 or more columns (16 more: d = 11, 13, 15 mod 16) always, 13-15 when causal or windowed; even dims
-    // keep it.
+    // cache): 17 or more columns (16 more: d = 11, 13, 15 mod 16) always, 13-15 when causal, any with a window (192
+    // rows spilled there); even dims keep it.
     for (int d = 1; d <= 64; ++d) {
         CAPTURE(d);
         for (int mask : {0, 1, 2}) {  // none, causal, a window
@@ -263,10 +263,12 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
             const KernelPlan p = plan(c);
             if (p.pad_qk > 64) continue;  // the 128x128 row already (d59, 61, 62, 63)
             const int zeroed = p.pad_qk - d;
-            const bool many = d % 2 == 1 && (zeroed > 16 || (mask > 0 && zeroed >= 13));
-            CHECK(p.block_m == (many ? 128 : 192));
+            const bool many = d % 2 == 1 && (zeroed > 16 || (mask == 1 && zeroed >= 13));
+            const bool window = d % 2 == 1 && mask == 2;
+            CHECK(p.block_m == (many || window ? 128 : 192));
             CHECK(p.warps == p.block_m / 16);
-            CHECK((p.reason.find("many columns to zero") != std::string::npos) == many);
+            CHECK((p.reason.find("many columns to zero") != std::string::npos) == (many && !window));
+            CHECK((p.reason.find("odd head dim with a window") != std::string::npos) == window);
         }
     }
     CHECK(plan(cfg(43, "sm_90a", 0, 16)).block_m == 128);  // 21 columns

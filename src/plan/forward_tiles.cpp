@@ -242,10 +242,12 @@ void choose_rows(KernelPlan& p, const std::string& rows) {
 // 17-21 columns (d = 11, 13, 15 mod 16, which take 16 more) 1.09-1.26x / 1.12-1.35x (d43 0.59 -> 0.75 of the pad16
 // ideal); 13-15 columns causal 1.03-1.17x (d17, 33, 35, 49, 51; non-causal 0.94-1.07x, kept); 11 or fewer 0.85-0.95x
 // / 0.96-1.06x. Even dims zero in 4-byte pieces or none: d30, 46 (16 more columns) 0.88-0.94x non-causal. A window
-// skips and masks tiles as causal does and goes with it (not timed; 192 rows spilled 4 bytes there at d17, 33, 49).
-bool odd_rows_zero_much(const KernelPlan& p) {
+// at any odd dim: its 192-row kernels spilled 4 bytes at d9, 17, 25, 33, 41, 49, 57 (ptxas; the window's bounds take
+// registers), 128 rows none with or without sinks, caps, ALiBi or packed sequences; a window skips and masks tiles as
+// causal does, where 128 rows ran 0.96-1.17x at every odd dim measured (not timed with a window).
+bool odd_rows_leave_192(const KernelPlan& p) {
     const int zeroed = p.pad_qk - p.head_dim_qk;
-    return p.vec_qk == 1 && (zeroed > 16 || ((p.mask.causal || p.mask.local) && zeroed >= 13));
+    return p.vec_qk == 1 && (zeroed > 16 || p.mask.local || (p.mask.causal && zeroed >= 13));
 }
 
 // The first row of the table that the arch runs and whose max_pad covers the plan's padded head dims.
@@ -306,9 +308,11 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.pv_step = shifted.pv_step, p.shift_rows = true;
             p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
         }
-        if (p.shift_rows && p.warps == 12 && odd_rows_zero_much(p)) {
+        if (p.shift_rows && p.warps == 12 && odd_rows_leave_192(p)) {
             p.block_m = 128, p.warps = 8;
-            p.reason += "; odd head dim with many columns to zero: 128 query rows (the producer's zeroing cache)";
+            p.reason += p.mask.local ? "; odd head dim with a window: 128 query rows (192 spilled)"
+                                     : "; odd head dim with many columns to zero: 128 query rows (the producer's "
+                                       "zeroing cache)";
         }
         if (p.shift_rows && ((p.varlen && p.mask.causal) || p.paged_kv) && p.warps == 12) {
             // The three-consumer tile's producer has 32 registers: packed causal sequences' tile walk plus the
