@@ -262,8 +262,9 @@ TEST_CASE("ALiBi kernels compile with 0 spills: every forward family, decode, th
     // form (d192) and the split by GEMM (d256). (Spilling, not here: d64's 128-query steps 12 bytes, as with the cap
     // 28; d128 causal and d132 4; bwd_sm90 at d124 32.) With a cap too at d64 (sm_90a: 128 query rows, where the
     // three-consumer tile spilled 20 bytes), d160 (sm_90a: 64-key tiles, where 128 keys spilled 60) and d256.
+    // ALiBi alone at d216 (sm_90a: 80-key tiles, where 64 keys spilled 12; shifted rows).
     for (const char* arch : {"sm_80", "sm_90a"})
-        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {160, 2}, {256, 2}}) {
+        for (auto [d, heads] : {std::pair{64, 2}, {100, 8}, {128, 2}, {132, 2}, {160, 2}, {216, 8}, {256, 2}}) {
             const bool causal = d != 128, varlen = d == 132;
             CAPTURE(arch, d, causal, varlen);
             AttentionConfig c;
