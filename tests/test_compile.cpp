@@ -386,15 +386,16 @@ std::vector<int> sweep_dims() {
 }
 
 // Every head dim 1..256, the forward for sm_90a and one of sm_80/86/89 and the backward for sm_80 and sm_90 (the
-// mma.sync path), and for sm_90a where its wgmma family serves (d65..96, d113..144, dense and packed); dtype and
-// causal alternate with d. The varlen forward and backward (the same kernels addressing through cu_seqlens) and the prefill against a paged cache once per head
-// dim, the arch alternating with d. The forward with eight kv heads (sm_90a's and mma.sync's shifted rows), the
-// varlen forward with one (both plan them apart for head dims that are not multiples of 8) and, on sm_90a, with
-// eight. In parallel. Hidden by default: ctest runs it in ranges of head dims (test_compile_sweep_*, the full test
-// command) and a sample of them (test_compile_sweep_sample, the quick one).
+// mma.sync path), and for sm_90a where its wgmma family serves (d65..96, d113..144, dense and packed); dtype and causal
+// alternate with d. The varlen forward and backward (the same kernels addressing through cu_seqlens) and the prefill
+// against a paged cache once per head dim, the arch alternating with d. The forward with eight kv heads (sm_90a's and
+// mma.sync's shifted rows), the varlen forward with one (both plan them apart for head dims that are not multiples of
+// 8) and, on sm_90a, with eight; on sm_90a one of three mask sets (windows, sinks, caps, ALiBi) in turn. In parallel.
+// Hidden by default: ctest runs it in ranges of head dims (test_compile_sweep_*, the full test command) and a sample of
+// them (test_compile_sweep_sample, the quick one).
 TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, forward, backward, varlen, paged and decode",
           "[.sweep]") {
-    enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward, varlen_rows_16b };
+    enum Kind { forward, backward, decode, varlen_forward, varlen_backward, paged_forward, varlen_rows_16b, masked };
     struct Job {
         int d;
         const char* arch;
@@ -417,6 +418,7 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
         jobs.push_back({d, d % 2 ? "sm_90" : "sm_80", varlen_backward});
         jobs.push_back({d, d % 2 ? "sm_90a" : "sm_80", paged_forward});
         jobs.push_back({d, "sm_90a", varlen_rows_16b});
+        jobs.push_back({d, "sm_90a", masked});
         // sm_90a's wgmma backwards, dense and packed: every head dim they serve (test_plan says which family each).
         if ((d > 16 && d <= 64 && d % 8 == 0) || (d > 64 && d <= 96) || d == 104 || d == 112 || (d > 112 && d <= 144) ||
             d == 160 || d == 168 || d == 184 || d == 192 || d == 200 || d == 216 || d == 232 || d == 240 || d == 248 ||
@@ -472,6 +474,17 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
                 c.paged_kv = true, c.varlen = job.d % 4 < 2;
                 entries(rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), job.arch),
                         {"rtattn_fwd_kernel", "rtattn_merge"});
+            } else if (job.kind == masked) {
+                // The masks' bounds and score transforms on sm_90a's forward, one set per head dim in turn (every 4
+                // dims the next: a window with sinks, ALiBi, a cap with a window, as GPT-OSS, BLOOM and Gemma 2 use
+                // them), 8 kv heads: the plans the table picks for them must not spill either.
+                AttentionConfig c;
+                c.head_dim_qk = job.d, c.arch = job.arch, c.dtype = dt, c.causal = causal;
+                c.num_heads_q = c.num_heads_kv = 8;
+                const int set = (job.d / 4) % 3;
+                c.local = set != 1, c.sinks = set == 0, c.alibi = set == 1, c.softcap = set == 2;
+                entries(rtattn::compile::compile(rtattn::kernels::render_plan(rtattn::plan::plan(c)), job.arch),
+                        {"rtattn_fwd_kernel", "rtattn_merge"});
             } else if (job.kind == decode) {
                 // Paged caches for d % 4 in {0, 1}, dense for the rest: each dtype and mask meets both.
                 entries(build_decode(job.d, job.arch, dt, causal, job.d % 4 < 2),
@@ -497,11 +510,21 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
                 std::max_element(results.begin(), results.end(), [](const Result& a, const Result& b) {
                     return a.ws_stack < b.ws_stack;
                 })->ws_stack);
+    // Not met: masked plans that spill today (ptxas, NVRTC 13.0; README's list), held at their bytes stored + loaded
+    // and of stack so that they do not grow unseen: a cap with a window at pad 160 (d141..154 here; 96-key tiles
+    // spill none, untimed) and d34, a window with sinks at d50 (2 mod 16 on the three-consumer tile), ALiBi at d160.
+    struct Known {
+        int d, spills, stack;
+    };
+    constexpr Known kKnown[] = {{34, 24, 8},  {50, 8, 8},   {141, 96, 32}, {142, 96, 32}, {143, 96, 32},
+                                {152, 96, 32}, {153, 96, 32}, {154, 96, 32}, {160, 8, 8}};
     for (const auto& r : results) {
         CAPTURE(r.job.d, r.job.arch, int(r.job.kind), r.regs);
         CHECK(r.regs > 0);
-        CHECK(r.spills == 0);
-        CHECK(r.stack == 0);
+        const auto known = std::find_if(std::begin(kKnown), std::end(kKnown),
+                                        [&](const Known& k) { return r.job.kind == masked && k.d == r.job.d; });
+        CHECK(r.spills <= (known != std::end(kKnown) ? known->spills : 0));
+        CHECK(r.stack <= (known != std::end(kKnown) ? known->stack : 0));
         CHECK_FALSE(r.serialized);
         // Not met (issue 22): the warp-specialized backward's main kernel spills a few scalars in some of the
         // configurations it serves (NVRTC 13.0, these jobs: d40..64 at 128 queries a step, at most 24 bytes stored +
