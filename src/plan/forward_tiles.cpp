@@ -338,7 +338,7 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
                 p.block_m = 128, p.warps = 8;
                 p.reason += "; softcap with ALiBi: 128 query rows (three consumers spilled)";
             }
-            if (std::max(p.pad_qk, p.pad_v) == 160 && p.block_n > 64) {
+            if (widest == 160 && p.block_n > 64) {
                 // Beside 128-key scores and O at pad 160 (d139..160): 40-60 bytes spilled, 76-100 with packed causal
                 // sequences; 64-key tiles spill none (ptxas, bf16 and fp16, causal, packed, paged, windowed, with
                 // sinks). Pads up to 144 spill none with 128 keys.
