@@ -250,6 +250,23 @@ bool odd_rows_leave_192(const KernelPlan& p) {
     return p.vec_qk == 1 && (zeroed > 16 || p.mask.local || (p.mask.causal && zeroed >= 13));
 }
 
+// Why a three-consumer plan (192 query rows: a producer of 32 registers, consumers of 160) takes 128 rows instead
+// (two consumer warpgroups at these pads: a producer of 64-72 registers, consumers of 208-216); nullptr: it keeps 192.
+const char* why_two_consumers(const KernelPlan& p) {
+    if (p.shift_rows && odd_rows_leave_192(p))
+        return p.mask.local ? "odd head dim with a window: 128 query rows (192 spilled)"
+                            : "odd head dim with many columns to zero: 128 query rows (the producer's zeroing cache)";
+    // Packed causal sequences' tile walk plus the shifted rows' zeroing spilled 4 bytes in the producer (d33, 34, 41),
+    // a paged cache's boxes 4-64 bytes (d1..60).
+    if (p.shift_rows && p.paged_kv) return "paged KV cache: 128 query rows (three consumers' producer spilled)";
+    if (p.shift_rows && p.varlen && p.mask.causal)
+        return "packed causal sequences: 128 query rows (three consumers' producer spilled)";
+    // Both score transforms at once: the consumers spilled 12-24 bytes at d48..64 (ptxas, bf16 and fp16, causal,
+    // windowed or packed); either alone, or with two consumer warpgroups, none.
+    if (p.mask.softcap && p.mask.alibi) return "softcap with ALiBi: 128 query rows (three consumers spilled)";
+    return nullptr;
+}
+
 // The first row of the table that the arch runs and whose max_pad covers the plan's padded head dims.
 const TileRow& find_row(const KernelPlan& p, const arch::Arch& a, bool mma_only) {
     const int widest = std::max(p.pad_qk, p.pad_v);
@@ -308,19 +325,9 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.pad_qk = shifted.pad_qk, p.pad_v = shifted.pad_v, p.pv_step = shifted.pv_step, p.shift_rows = true;
             p.reason += shifted.reason.substr(shifted.reason.find("; shifted rows"));
         }
-        if (p.shift_rows && p.warps == 12 && odd_rows_leave_192(p)) {
+        if (const char* why = p.warps == 12 ? why_two_consumers(p) : nullptr) {
             p.block_m = 128, p.warps = 8;
-            p.reason += p.mask.local ? "; odd head dim with a window: 128 query rows (192 spilled)"
-                                     : "; odd head dim with many columns to zero: 128 query rows (the producer's "
-                                       "zeroing cache)";
-        }
-        if (p.shift_rows && ((p.varlen && p.mask.causal) || p.paged_kv) && p.warps == 12) {
-            // The three-consumer tile's producer has 32 registers: packed causal sequences' tile walk plus the
-            // shifted rows' zeroing spilled 4 bytes there (d33, 34, 41), a paged cache's boxes 4-64 bytes (d1..60);
-            // two consumer warpgroups leave it 64.
-            p.block_m = 128, p.warps = 8;
-            p.reason += p.paged_kv ? "; paged KV cache: 128 query rows (three consumers' producer spilled)"
-                                   : "; packed causal sequences: 128 query rows (three consumers' producer spilled)";
+            p.reason += std::string("; ") + why;
         }
         const int widest = std::max(p.pad_qk, p.pad_v);
         if (p.mask.alibi && !p.mask.softcap && widest == 224 && p.block_n == 64) {
@@ -331,20 +338,12 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
             p.block_n = 80;
             p.reason += "; ALiBi: 80-key tiles (64 keys spilled)";
         }
-        if (p.mask.softcap && p.mask.alibi) {  // both score transforms at once
-            if (p.warps == 12) {
-                // The three consumers' 160 registers spilled 12-24 bytes at d48..64 (ptxas, bf16 and fp16, causal,
-                // windowed or packed); two consumer warpgroups have 216 and spill none.
-                p.block_m = 128, p.warps = 8;
-                p.reason += "; softcap with ALiBi: 128 query rows (three consumers spilled)";
-            }
-            if (widest == 160 && p.block_n > 64) {
-                // Beside 128-key scores and O at pad 160 (d139..160): 40-60 bytes spilled, 76-100 with packed causal
-                // sequences; 64-key tiles spill none (ptxas, bf16 and fp16, causal, packed, paged, windowed, with
-                // sinks). Pads up to 144 spill none with 128 keys.
-                p.block_n = 64;
-                p.reason += "; softcap with ALiBi: 64-key tiles (128 keys spilled)";
-            }
+        if (p.mask.softcap && p.mask.alibi && widest == 160 && p.block_n > 64) {
+            // Both score transforms beside 128-key scores and O at pad 160 (d139..160): 40-60 bytes spilled, 76-100
+            // with packed causal sequences; 64-key tiles spill none (ptxas, bf16 and fp16, causal, packed, paged,
+            // windowed, with sinks). Pads up to 144 spill none with 128 keys.
+            p.block_n = 64;
+            p.reason += "; softcap with ALiBi: 64-key tiles (128 keys spilled)";
         }
     }
     if (p.family == &fwd_sm90_ws() && !tma_addressable(p) && mma_beats_cp_async(p)) {
