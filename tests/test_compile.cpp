@@ -523,8 +523,9 @@ TEST_CASE("every head dim 1..256 compiles without spills or serialized wgmmas, f
         CHECK(r.regs > 0);
         const auto known = std::find_if(std::begin(kKnown), std::end(kKnown),
                                         [&](const Known& k) { return r.job.kind == masked && k.d == r.job.d; });
-        CHECK(r.spills <= (known != std::end(kKnown) ? known->spills : 0));
-        CHECK(r.stack <= (known != std::end(kKnown) ? known->stack : 0));
+        const Known limit = known != std::end(kKnown) ? *known : Known{r.job.d, 0, 0};
+        CHECK(r.spills <= limit.spills);
+        CHECK(r.stack <= limit.stack);
         CHECK_FALSE(r.serialized);
         // Not met (issue 22): the warp-specialized backward's main kernel spills a few scalars in some of the
         // configurations it serves (NVRTC 13.0, these jobs: d40..64 at 128 queries a step, at most 24 bytes stored +

@@ -277,7 +277,7 @@ std::vector<Case> alibi_cases() {
                        .seqlen_k = 700, .local = true, .window_left = 128, .window_right = causal ? -1 : 0,
                        .sinks = true, .alibi = 1});
         out.push_back({.d_qk = 80, .d_v = 80, .dtype = Dtype::fp16, .causal = causal, .with_lse = false, .alibi = 1});
-        // Pads 208..224 take 80-key tiles with ALiBi: d216 shifted rows, d224 whole ones.
+        // Pad 224 takes 80-key tiles with ALiBi: d216 shifted rows, d224 whole ones.
         out.push_back({.d_qk = 216, .d_v = 216, .causal = causal, .heads_q = 4, .heads_kv = 2, .seqlen_q = 300,
                        .seqlen_k = 500, .alibi = 1});
         out.push_back({.d_qk = 224, .d_v = 224, .causal = causal, .heads_q = 4, .heads_kv = 4, .seqlen_q = 500,
