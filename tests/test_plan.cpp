@@ -577,8 +577,22 @@ TEST_CASE("decode configs plan from the decode table on every arch, and have no 
     } catch (const rtattn::ConfigError& e) {
         CHECK(e.field() == "decode");
     }
-    // A prefill tile override does not reach the decode table, and the plan says so.
-    CHECK(plan(c, "128,64,4,2,2,0").reason.find("not applied") != std::string::npos);
+    // A tile override replaces the decode table's row (a timing knob), checked as the kernel needs it.
+    const KernelPlan o = plan(c, "32,128,4,2,2");
+    CHECK((o.block_m == 32 && o.block_n == 128 && o.warps == 4 && o.m_tiles == 2 && o.stages == 2));
+    CHECK(o.reason.find("override") != std::string::npos);
+    for (const char* bad : {"128,64,4,2,2,0" /* block_m != 16 x m_tiles */, "16,64,3,1,2" /* odd warps */,
+                            "16,48,4,1,2" /* 12 keys a warp */, "16,64,4,1,1" /* one stage */,
+                            "16,64,4,1,3,1" /* Q in registers */, "16,64,4,1" /* too few */,
+                            "16,256,4,1,8" /* shared memory */, "16,64,4,1,2,0,1" /* too many */}) {
+        CAPTURE(bad);
+        try {
+            plan(c, bad);
+            FAIL("a bad decode override was taken");
+        } catch (const rtattn::ConfigError& e) {
+            CHECK(e.field() == "tile_override");
+        }
+    }
 }
 
 TEST_CASE("decode splits fill whole waves of the device's slots, a grid of more than a wave included", "[plan]") {

@@ -7,6 +7,7 @@
 #include "core/errors.hpp"
 #include "kernels/forward.hpp"
 #include "plan/forward_tiles.hpp"
+#include "util/text.hpp"
 
 namespace rtattn::plan {
 
@@ -60,6 +61,32 @@ void choose_decode_tile(KernelPlan& p, const arch::Arch& a) {
     }
     throw ConfigError("arch", util::format("no decode tile fits d{}/{} in the {} B of shared memory of {}",
                                            p.head_dim_qk, p.head_dim_v, a.smem_optin, a.name));
+}
+
+void apply_decode_tile_override(KernelPlan& p, const arch::Arch& a, const std::string& text, const std::string& field) {
+    static constexpr const char* kFields[] = {"block_m", "block_n", "warps", "m_tiles", "stages", "q_in_regs"};
+    int v[6] = {};
+    const int n = parse_tile_fields(text, field, kFields, 6, v);
+    if (n < 5)
+        throw ConfigError(field, util::format("{} is not block_m,block_n,warps,m_tiles,stages[,q_in_regs] (a decode "
+                                              "plan)", util::quoted(text)));
+    const auto [bm, bn, w, mt, st, qr] = v;
+    if (mt < 1 || mt > 4 || bm != 16 * mt)
+        throw ConfigError(field, util::format("block_m ({}) must equal 16 x m_tiles ({}, 1..4) in a decode plan", bm, mt));
+    // Even warps: rows that alternate rotation give half the warps to each key parity (dec/mma.cuh).
+    if (w < 2 || w > 16 || w % 2 != 0)
+        throw ConfigError(field, util::format("warps ({}) must be even, 2..16, in a decode plan", w));
+    if (bn < 16 * w || bn > 256 || bn % (16 * w) != 0)
+        throw ConfigError(field, util::format("block_n ({}) must be a multiple of 16 x warps ({}) up to 256 in a "
+                                              "decode plan: each warp takes 16-key steps", bn, 16 * w));
+    if (st < 2 || st > 8) throw ConfigError(field, util::format("stages ({}) must be 2..8 in a decode plan", st));
+    if (qr != 0) throw ConfigError(field, util::format("q_in_regs ({}) must be 0 in a decode plan", qr));
+    p.block_m = bm, p.block_n = bn, p.warps = w, p.m_tiles = mt, p.stages = st;
+    p.smem_bytes = p.family->smem_bytes(p);
+    if (p.smem_bytes > a.smem_optin)
+        throw ConfigError(field, util::format("{} needs {} B of shared memory; {} has {}", util::quoted(text),
+                                              p.smem_bytes, a.name, a.smem_optin));
+    p.reason = util::format("{} override ({})", field, util::escaped(text));
 }
 
 }  // namespace rtattn::plan

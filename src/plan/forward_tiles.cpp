@@ -372,6 +372,26 @@ void choose_forward_tile(KernelPlan& p, const arch::Arch& a, bool mma_only, cons
     }
 }
 
+int parse_tile_fields(const std::string& text, const std::string& field, const char* const* names, int count,
+                      int* v) {
+    // Every field a whole decimal number that fits, nothing after the last: a typo is an error, never a default.
+    int n = 0;
+    std::size_t at = 0;
+    for (; at <= text.size() && n < count; ++n) {
+        const std::size_t end = std::min(text.find(',', at), text.size());
+        const std::string part = text.substr(at, end - at);
+        char* stop = nullptr;
+        errno = 0;
+        const long x = std::strtol(part.c_str(), &stop, 10);
+        if (part.empty() || *stop != '\0' || errno == ERANGE || x < -999 || x > 999)
+            throw ConfigError(field, util::format("{} ({}) is not a number in -999..999 in {}", names[n],
+                                                  util::quoted(part), util::quoted(text)));
+        v[n] = int(x);
+        at = end + 1;
+    }
+    return at <= text.size() ? -1 : n;  // -1: more fields than `count`
+}
+
 void apply_tile_override(KernelPlan& p, const std::string& text, const std::string& field) {
     static constexpr const char* kFields[] = {"block_m",   "block_n",  "warps",   "m_tiles", "stages",
                                               "q_in_regs", "schedule", "swizzle", "pv_step", "wide_v"};
@@ -380,21 +400,8 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     // block's K and V load apart (1) or together (0).
     const int schedule = p.family == &fwd_sm90_ws() ? (p.ping_pong ? 2 : 1) : hopper ? 0 : p.kv_apart ? 1 : 0;
     int v[10] = {0, 0, 0, 0, 0, 0, schedule, p.swizzle ? 1 : 0, p.pv_step, p.wide_v ? 1 : 0};
-    // Every field a whole decimal number that fits, nothing after the last: a typo is an error, never a default.
-    std::size_t n = 0, at = 0;
-    for (; at <= text.size() && n < 10; ++n) {
-        const std::size_t end = std::min(text.find(',', at), text.size());
-        const std::string part = text.substr(at, end - at);
-        char* stop = nullptr;
-        errno = 0;
-        const long x = std::strtol(part.c_str(), &stop, 10);
-        if (part.empty() || *stop != '\0' || errno == ERANGE || x < -999 || x > 999)
-            throw ConfigError(field, util::format("{} ({}) is not a number in -999..999 in {}", kFields[n],
-                                                  util::quoted(part), util::quoted(text)));
-        v[n] = int(x);
-        at = end + 1;
-    }
-    if (n < 6 || at <= text.size())
+    const int n = parse_tile_fields(text, field, kFields, 10, v);
+    if (n < 6)
         throw ConfigError(field, util::format("{} is not block_m,block_n,warps,m_tiles,stages,q_in_regs"
                                               "[,schedule[,swizzle[,pv_step[,wide_v]]]]",
                                               util::quoted(text)));

@@ -64,8 +64,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
         p.paged_kv = c.paged_kv;
         p.kv_rows_16b = kv_rows_16b(c);
         choose_decode_tile(p, ai);
-        if (!options.tile_override.empty()) p.reason += util::format(" ({} is for the prefill table: not applied)",
-                                                                     options.tile_field);
+        if (!options.tile_override.empty()) apply_decode_tile_override(p, ai, options.tile_override, options.tile_field);
         return p;
     }
     // V pads to 8 first (the n of mma.m16n8k16 in PV); a table row may ask for 16.
