@@ -48,8 +48,10 @@ struct DecShape {
     static constexpr bool kRotK = geometry::rotated_rows(T::kHeadDimQK, T::kVecQK);
     static constexpr bool kRotV = geometry::rotated_rows(T::kHeadDimV, T::kVecV);
     static constexpr bool kTwoQ = kRotK && T::kAlternate;
-    static constexpr int kSmemBytes =
-        geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN, T::kStages, T::kWarps, kTwoQ);
+    static constexpr int kSmemBytes = geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
+                                                                    T::kStages, T::kWarps, kTwoQ, T::kPaged);
+    static constexpr int kPagesOffset = geometry::dec_mma_pages_offset(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
+                                                                       T::kStages, kTwoQ);
 
     static_assert(T::kBlockM == 16 * T::kMTiles, "rows are whole 16-row MMA tiles");
     static_assert(kWarpKeys % 16 == 0 && kWarpKeys * T::kWarps == T::kBlockN, "each warp takes 16-key steps");
@@ -146,35 +148,30 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (by_parity)
             detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ1, gQ, q_row, group_rows - row0, tid,
                                                                                at_q(rot_k1));
-    // Paged, where K and V rows fall to the same threads: the page of each row this thread copies, read from the
-    // block table a tile ahead (pages[j]: row r0 + j * kRowStep), so a tile's copies never wait on the table and K
-    // and V share one lookup. Reading it right before each copy ran paged-16 caches at 0.84-0.87 of dense (H200).
-    using KRows = detail::RowLayout<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>;
-    using VRows = detail::RowLayout<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>;
-    // Rotated rows (below) are copied in another layout: their pages are looked up per row as they are copied.
-    constexpr bool kPagesAhead =
-        T::kPaged && !kRotK && !kRotV && KRows::kUsed && VRows::kUsed && KRows::kCols == VRows::kCols;
-    const int r0 = KRows::r0(tid);
-    int pages[kPagesAhead ? KRows::kPerThread : 1];
+    // Paged: the page of each row of a tile, read from the block table a tile ahead by one thread per row into shared
+    // memory (two lists, by tile parity), so a tile's copies never wait on the table and K and V share one lookup.
+    // Reading it right before each copy ran paged-16 caches at 0.84-0.87 of dense (H200); each copying thread keeping
+    // its own rows' pages in registers ran d64 0.95, d128 0.89, d192 0.82, d256 0.60 of dense (its 16 rows a thread at
+    // d192 and d256, 255 registers at d256), and rows of 4 mod 8 (looked up per row as copied) d100 0.69, d132 0.78.
+    int* sPages = reinterpret_cast<int*>(smem_raw + S::kPagesOffset);
     auto fetch_pages = [&](int t) {
-        if constexpr (kPagesAhead) {
-#pragma unroll
-            for (int j = 0; j < KRows::kPerThread; ++j) {
-                const int key = t * T::kBlockN + r0 + j * KRows::kRowStep;
-                pages[j] = t < t_end && key < len ? detail::page_of(table, key, p.page_shift, p.num_pages) : 0;
+        if constexpr (T::kPaged) {
+            for (int r = tid; r < T::kBlockN; r += kThreads) {
+                const int key = t * T::kBlockN + r;
+                sPages[(t & 1) * T::kBlockN + r] =
+                    t < t_end && key < len ? detail::page_of(table, key, p.page_shift, p.num_pages) : 0;
             }
         }
     };
     auto load_stage = [&](int t, int st) {
         const int n0 = t * T::kBlockN;
         u16* sK = sRing + st * S::kStageElems;
-        // Row r's address; r is r0 + j * kRowStep in the prefetched layout (the unrolled copy loop folds j).
+        // Row r's address: its page from the tile's list (fetch_pages), or the sequence's own rows.
+        const int* pages = sPages + (t & 1) * T::kBlockN;
         auto row_in = [&](const u16* base, long long page_stride, long long slot_stride) {
-            return [=, &pages](int r) {
-                if constexpr (kPagesAhead) {
-                    const int key = n0 + r;
-                    return base + pages[(r - r0) / KRows::kRowStep] * page_stride +
-                           (key & ((1 << p.page_shift) - 1)) * slot_stride;
+            return [=](int r) {
+                if constexpr (T::kPaged) {
+                    return base + pages[r] * page_stride + ((n0 + r) & ((1 << p.page_shift) - 1)) * slot_stride;
                 } else {
                     return kv_row(base, page_stride, slot_stride, n0 + r);
                 }
@@ -201,6 +198,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st, ++t_load) {
         fetch_pages(t_load);
+        if constexpr (T::kPaged) __syncthreads();  // the tile's page list, before its copies read it
         if (t_load < t_end) load_stage(t_load, st);
         ptx::cp_async_commit();
     }
@@ -246,7 +244,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (t_load < t_end) load_stage(t_load, (t_load - t_begin) % T::kStages);
         ptx::cp_async_commit();
         ++t_load;
-        fetch_pages(t_load);  // lands while this tile computes
+        fetch_pages(t_load);  // lands while this tile computes; read after the next iteration's barrier
 
         const u32 aK = ptx::smem_u32(sRing + ((t - t_begin) % T::kStages) * S::kStageElems);
         const u32 aV = aK + 2 * T::kBlockN * S::kStrideQK;
