@@ -93,17 +93,10 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         const int i = row0 + r, h = i / seqlen_q;
         return gQ + (i - h * seqlen_q) * p.q_seq_stride + (kv_head * p.q_per_kv + h) * p.q_head_stride;
     };
-    // Key j's row: page and slot through the block table, or the sequence's own rows.
+    // K and V of this kv head: key j's row through the block table (page and slot) or the sequence's own rows.
     const u16* gK = static_cast<const u16*>(p.k) + kv_head * p.k_head_stride;
     const u16* gV = static_cast<const u16*>(p.v) + kv_head * p.v_head_stride;
     const int* table = p.block_table + batch * p.block_table_stride;
-    auto kv_row = [&](const u16* base, long long page_stride, long long slot_stride, int key) {
-        if constexpr (T::kPaged) {
-            return detail::paged_row(base, table, p.page_shift, p.num_pages, page_stride, slot_stride, key);
-        } else {
-            return base + batch * page_stride + key * slot_stride;
-        }
-    };
 
     detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ, tid, at_qk);
     if constexpr (S::kTwoQ) detail::zero_pad_cols<T::kBlockM, T::kHeadDimQK, T::kPadQK, kThreads>(sQ1, tid, at_qk);
@@ -152,7 +145,8 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
     // memory (two lists, by tile parity), so a tile's copies never wait on the table and K and V share one lookup.
     // Reading it right before each copy ran paged-16 caches at 0.84-0.87 of dense (H200); each copying thread keeping
     // its own rows' pages in registers ran d64 0.95, d128 0.89, d192 0.82, d256 0.60 of dense (its 16 rows a thread at
-    // d192 and d256, 255 registers at d256), and rows of 4 mod 8 (looked up per row as copied) d100 0.69, d132 0.78.
+    // d192 and d256, 255 registers at d256), and rows of 4 mod 8 (looked up per row as copied) d100 0.69, d132 0.78;
+    // these lists: d64 0.93-0.97, d100 0.80-0.92, d128 0.95, d132 0.83-0.89, d192 0.84-0.86, d256 0.70-0.71.
     int* sPages = reinterpret_cast<int*>(smem_raw + S::kPagesOffset);
     auto fetch_pages = [&](int t) {
         if constexpr (T::kPaged) {
@@ -173,7 +167,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
                 if constexpr (T::kPaged) {
                     return base + pages[r] * page_stride + ((n0 + r) & ((1 << p.page_shift) - 1)) * slot_stride;
                 } else {
-                    return kv_row(base, page_stride, slot_stride, n0 + r);
+                    return base + batch * page_stride + (n0 + r) * slot_stride;
                 }
             };
         };
