@@ -458,6 +458,17 @@ TEST_CASE("JSON outputs carry a schema version and null for unknown figures", "[
         }
 }
 
+TEST_CASE("precompile names a kernel that spills, which the library itself only logs at info level", "[cli]") {
+    const Cli cli;
+    // A cap with a window at d34 on sm_90a: the plan table keeps an 8-byte spill there (README, known spills).
+    const Result r = cli("precompile --head-dim 34,64 --arch sm_90a --heads-q 16 --softcap --local --causal false -j 1");
+    REQUIRE(r.code == 0);
+    CHECK(r.err.find("sm_90a (") != std::string::npos);
+    CHECK(r.err.find("B spilled)") != std::string::npos);
+    CHECK(r.err.find("d64 bf16 noncausal h16:16 local softcap sm_90a\n") != std::string::npos);  // d64 spills none
+    CHECK(r.err.find("warning") == std::string::npos);
+}
+
 TEST_CASE("precompile's ETA counts compile work left, not configs", "[cli]") {
     const Cli cli;
     REQUIRE(cli("precompile --head-dim 64 --arch sm_80 --causal false --dtype bf16").code == 0);

@@ -106,6 +106,43 @@ TEST_CASE("Runtime: options in effect, log sink, precompile, stats", "[cxx]") {
     CHECK(stats.compiles == 1);
 }
 
+TEST_CASE("spills of a tile the plan table chose are info, an override's a warning", "[cxx]") {
+    // The table keeps a few spilling tiles where they measured faster (README, known spills): a user of such a config
+    // gets no warning at run time; a tuning override that spills still warns.
+    auto spill_lines = [](const std::string& dir, const std::string& tile, rtattn::AttentionConfig c) {
+        std::vector<std::pair<rtattn::LogLevel, std::string>> lines;
+        rtattn::RuntimeOptions o;
+        o.cache_dir = test_cache_dir() + dir;
+        std::filesystem::remove_all(o.cache_dir);  // so that the precompile compiles
+        o.log_level = rtattn::LogLevel::debug;
+        o.tile_override = tile;
+        o.log_sink = [&](rtattn::LogLevel l, const std::string& m) {
+            if (m.find("spill stores") != std::string::npos) lines.emplace_back(l, m);
+        };
+        rtattn::Runtime rt(o);
+        const auto info = rt.precompile(c);
+        CHECK(info.spill_bytes > 0);
+        return lines;
+    };
+    rtattn::AttentionConfig table;  // a cap with a window at d34 on sm_90a: 8 bytes, kept (d34's plan row)
+    table.head_dim_qk = 34;
+    table.num_heads_q = table.num_heads_kv = 16;
+    table.softcap = table.local = true;
+    table.arch = "sm_90a";
+    const auto quiet = spill_lines("/cxx-api-spill-table", "", table);
+    REQUIRE(quiet.size() == 1);
+    CHECK(quiet[0].first == rtattn::LogLevel::info);
+    CHECK(quiet[0].second.find("plan table") != std::string::npos);
+
+    rtattn::AttentionConfig tuned;  // d256 on mma.sync with 128 rows of Q in 4 warps' registers: spills thousands
+    tuned.head_dim_qk = 256;
+    tuned.arch = "sm_80";
+    const auto loud = spill_lines("/cxx-api-spill-override", "128,128,4,2,2,1", tuned);
+    REQUIRE(loud.size() == 1);
+    CHECK(loud[0].first == rtattn::LogLevel::warn);
+    CHECK(loud[0].second.find("override") != std::string::npos);
+}
+
 TEST_CASE("a log sink that throws does not unwind through the library", "[cxx]") {
     rtattn::RuntimeOptions o;
     o.cache_dir = test_cache_dir() + "/cxx-api";

@@ -88,6 +88,7 @@ struct Runtime::Impl {
         std::string plan_json;
         PlanSummary summary;
         const char* pass;  // "forward" or "backward"
+        bool overridden;   // the plan's (KernelPlan::overridden): its spills are warnings, the table's info
     };
 
     cache::KernelCache::Lookup fetch(const Buildable& b) {
@@ -106,9 +107,13 @@ struct Runtime::Impl {
                     std::lock_guard<std::mutex> lock(compile_time_mu);
                     compile_seconds += out.seconds;
                 }
+                // The table's spilling tiles are kept where they measured faster (README, known spills): no warning
+                // for a kernel the library chose itself, only for an override's.
                 if (out.ptxas.spill_store_bytes > 0)
-                    log.warn(util::format("{}: ptxas reports {} bytes of spill stores", what,
-                                          out.ptxas.spill_store_bytes));
+                    log.log(b.overridden ? LogLevel::warn : LogLevel::info,
+                            util::format("{}: ptxas reports {} bytes of spill stores{}", what,
+                                         out.ptxas.spill_store_bytes,
+                                         b.overridden ? " (a tuning override's tile)" : " (the plan table's tile)"));
                 nlohmann::ordered_json info;
                 info["config"] = nlohmann::json::parse(b.config.to_json());
                 info["pass"] = b.pass;
@@ -143,10 +148,11 @@ struct Runtime::Impl {
     }
 
     static Buildable buildable(const Resolved& r) {
-        return {r.config, r.source, r.key, plan::plan_json(r.plan), r.plan.summary(), "forward"};
+        return {r.config, r.source, r.key, plan::plan_json(r.plan), r.plan.summary(), "forward", r.plan.overridden};
     }
     static Buildable buildable(const ResolvedBackward& r) {
-        return {r.config, r.source, r.key, plan::backward_plan_json(r.plan), r.plan.summary(), "backward"};
+        return {r.config, r.source, r.key, plan::backward_plan_json(r.plan), r.plan.summary(), "backward",
+                r.plan.overridden};
     }
 
     // Makes sure the entry is on disk: CacheError when it was compiled but could not be stored.

@@ -41,6 +41,7 @@ struct BackwardPlan {
     int vec_qk = 0, vec_v = 0;
     int smem_bytes = 0;
     std::string reason;
+    bool overridden = false;  // RTATTN_BWD_TILE chose the tile (KernelPlan::overridden)
 
     int threads() const;  // the family's: its main kernel's CTA
     std::string kernel() const;

@@ -170,6 +170,7 @@ void apply_tile_override(BackwardPlan& p, const std::string& text, bool arch_bul
     if (const std::string why = tile_problem(p); !why.empty())
         throw ConfigError("RTATTN_BWD_TILE", util::format("'{}': {}", text, why));
     p.reason = util::format("RTATTN_BWD_TILE={} (a tuning override, not the table)", text);
+    p.overridden = true;
 }
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }

@@ -87,6 +87,7 @@ void apply_decode_tile_override(KernelPlan& p, const arch::Arch& a, const std::s
         throw ConfigError(field, util::format("{} needs {} B of shared memory; {} has {}", util::quoted(text),
                                               p.smem_bytes, a.name, a.smem_optin));
     p.reason = util::format("{} override ({})", field, util::escaped(text));
+    p.overridden = true;
 }
 
 }  // namespace rtattn::plan

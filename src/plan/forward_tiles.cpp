@@ -438,6 +438,7 @@ void apply_tile_override(KernelPlan& p, const std::string& text, const std::stri
     p.kv_apart = !hopper && sched == 1;
     p.swizzle = hopper && sw != 0;
     p.reason = util::format("{} override ({})", field, util::escaped(text));
+    p.overridden = true;
 }
 
 }  // namespace rtattn::plan

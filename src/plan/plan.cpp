@@ -76,6 +76,7 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
     p.paged_kv = c.paged_kv;
     p.kv_rows_16b = kv_rows_16b(c);
     choose_forward_tile(p, ai, false, options.rows, options.rows_field);
+    p.overridden = !options.rows.empty();
     if (c.paged_kv && !gathers_pages(p)) {
         choose_forward_tile(p, ai, /*mma_only=*/true, options.rows, options.rows_field);
         p.reason += "; paged KV cache without TMA rows: the mma.sync family (the cooperative kernel's loads do not "

@@ -66,6 +66,9 @@ struct KernelPlan {
     int vec_qk = 0, vec_v = 0;  // elements per global vector access (largest of 8/4/2/1 dividing the head dim)
     int smem_bytes = 0;
     std::string reason;  // the table row's reason, and what changed it
+    // A tuning override (RTATTN_TILE, RTATTN_ROWS), not the table, chose the tile: its spills are reported as warnings;
+    // the table's own choices are measured, spills included (README, known spills), and reported at info level.
+    bool overridden = false;
 
     int threads() const;
     std::string kernel() const;  // the family's description, e.g. "wgmma, swizzled tiles, producer warpgroup"

@@ -140,7 +140,11 @@ std::vector<Outcome> run_precompile(Runtime& rt, const std::vector<Item>& config
         for (std::size_t i; (i = next++) < configs.size();) {
             out[i] = precompile_one(rt, configs[i]);
             const auto s = out[i].status;
-            progress.finished(configs[i].describe(), status_name(s, cache_only),
+            // A spilling kernel says so here (the library logs a plan table's spills at info level only): its
+            // spill stores and loads, in bytes.
+            const int spills = out[i].info.spill_bytes;
+            progress.finished(configs[i].describe() + (spills > 0 ? util::format(" ({} B spilled)", spills) : ""),
+                              status_name(s, cache_only),
                               s == Outcome::Status::compiled || s == Outcome::Status::not_stored,
                               s == Outcome::Status::failed || s == Outcome::Status::not_stored);
         }
