@@ -141,54 +141,75 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (by_parity)
             detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ1, gQ, q_row, group_rows - row0, tid,
                                                                                at_q(rot_k1));
-    // Paged: the page of each row of a tile, read from the block table a tile ahead by one thread per row into shared
-    // memory (two lists, by tile parity), so a tile's copies never wait on the table and K and V share one lookup.
-    // Reading it right before each copy ran paged-16 caches at 0.84-0.87 of dense (H200); each copying thread keeping
-    // its own rows' pages in registers ran d64 0.95, d128 0.89, d192 0.82, d256 0.60 of dense (its 16 rows a thread at
-    // d192 and d256, 255 registers at d256), and rows of 4 mod 8 (looked up per row as copied) d100 0.69, d132 0.78;
-    // these lists: d64 0.93-0.97, d100 0.80-0.92, d128 0.95, d132 0.83-0.89, d192 0.84-0.86, d256 0.70-0.71.
-    int* sPages = reinterpret_cast<int*>(smem_raw + S::kPagesOffset);
+    // Paged: each row's address (K's and V's: page and slot), written to shared memory a tile ahead by one thread per
+    // row (two lists by tile parity), from the block table's entry that thread read a tile before that (clamped to the
+    // pool where it is used: a clamp beside the load stalls on it), so neither the table's latency nor the address
+    // arithmetic falls on a tile's copies. Reading the table right before each copy ran paged-16 caches at 0.84-0.87
+    // of dense (H200); each copying thread keeping its own rows' pages in registers ran d64 0.95, d128 0.89, d192 0.82,
+    // d256 0.60 of dense (its 16 rows a thread at d192 and d256, 255 registers at d256), and rows of 4 mod 8 (looked
+    // up per row as copied) d100 0.69, d132 0.78; pages (not addresses) in the lists, read from the table in the tile
+    // they were stored in: d64 0.93-0.97, d100 0.80-0.92, d128 0.95, d132 0.83-0.89, d192 0.84-0.86, d256 0.70-0.71
+    // (the copying warps waited on the table and on 64-bit multiplies).
+    const u16** sRows = reinterpret_cast<const u16**>(smem_raw + S::kPagesOffset);
+    constexpr int kTableReads = T::kPaged ? (T::kBlockN + kThreads - 1) / kThreads : 1;
+    unsigned table_entries[kTableReads];
+    auto read_table = [&](int t) {
+#pragma unroll
+        for (int j = 0; j < kTableReads; ++j) {
+            const int r = tid + j * kThreads, key = t * T::kBlockN + r;
+            table_entries[j] = r < T::kBlockN && t < t_end && key < len
+                                   ? unsigned(__ldg(table + (key >> p.page_shift))) : 0u;
+        }
+    };
     auto fetch_pages = [&](int t) {
         if constexpr (T::kPaged) {
-            for (int r = tid; r < T::kBlockN; r += kThreads) {
-                const int key = t * T::kBlockN + r;
-                sPages[(t & 1) * T::kBlockN + r] =
-                    t < t_end && key < len ? detail::page_of(table, key, p.page_shift, p.num_pages) : 0;
+            const u16** rows = sRows + (t & 1) * 2 * T::kBlockN;
+#pragma unroll
+            for (int j = 0; j < kTableReads; ++j) {
+                const int r = tid + j * kThreads;
+                if (r < T::kBlockN) {
+                    const long long page = min(table_entries[j], unsigned(p.num_pages - 1));
+                    const long long slot = (t * T::kBlockN + r) & ((1 << p.page_shift) - 1);
+                    rows[r] = gK + page * p.k_batch_stride + slot * p.k_seq_stride;
+                    rows[T::kBlockN + r] = gV + page * p.v_batch_stride + slot * p.v_seq_stride;
+                }
             }
+            read_table(t + 1);
         }
     };
     auto load_stage = [&](int t, int st) {
         const int n0 = t * T::kBlockN;
         u16* sK = sRing + st * S::kStageElems;
-        // Row r's address: its page from the tile's list (fetch_pages), or the sequence's own rows.
-        const int* pages = sPages + (t & 1) * T::kBlockN;
-        auto row_in = [&](const u16* base, long long page_stride, long long slot_stride) {
+        // Row r's address: from the tile's lists (fetch_pages), or the sequence's own rows.
+        const u16* const* rows = sRows + (t & 1) * 2 * T::kBlockN;
+        auto row_in = [&](const u16* base, int list, long long batch_stride, long long seq_stride) {
             return [=](int r) {
                 if constexpr (T::kPaged) {
-                    return base + pages[r] * page_stride + ((n0 + r) & ((1 << p.page_shift) - 1)) * slot_stride;
+                    return rows[list * T::kBlockN + r];
                 } else {
-                    return base + batch * page_stride + (n0 + r) * slot_stride;
+                    return base + batch * batch_stride + (n0 + r) * seq_stride;
                 }
             };
         };
         u16* sV = sK + T::kBlockN * S::kStrideQK;
         if (rotate_k)
             detail::load_rows_rotated<T::kBlockN, kRotK ? T::kHeadDimQK : 12, kThreads>(
-                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, rot_k0,
+                sK, gK, row_in(gK, 0, p.k_batch_stride, p.k_seq_stride), len - n0, rot_k0,
                 T::kAlternate ? rot_k0 ^ rot_k1 : 0, tid, at_k);
         else
             detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
-                sK, gK, row_in(gK, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_k);
+                sK, gK, row_in(gK, 0, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_k);
         if (rotate_v)
             detail::load_rows_rotated<T::kBlockN, kRotV ? T::kHeadDimV : 12, kThreads>(
-                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, rot_v0,
+                sV, gV, row_in(gV, 1, p.v_batch_stride, p.v_seq_stride), len - n0, rot_v0,
                 T::kAlternate && rotate_v == 2 ? 4 : 0, tid, at_kv);
         else
             detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
-                sV, gV, row_in(gV, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_kv);
+                sV, gV, row_in(gV, 1, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_kv);
     };
     // Prologue: Q rides with the first tile's group; kStages - 1 tiles in flight.
     int t_load = t_begin;
+    if constexpr (T::kPaged) read_table(t_load);
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st, ++t_load) {
         fetch_pages(t_load);
@@ -238,7 +259,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (t_load < t_end) load_stage(t_load, (t_load - t_begin) % T::kStages);
         ptx::cp_async_commit();
         ++t_load;
-        fetch_pages(t_load);  // lands while this tile computes; read after the next iteration's barrier
+        fetch_pages(t_load);  // read after the next iteration's barrier; the table read for the tile after lands meanwhile
 
         const u32 aK = ptx::smem_u32(sRing + ((t - t_begin) % T::kStages) * S::kStageElems);
         const u32 aV = aK + 2 * T::kBlockN * S::kStrideQK;
