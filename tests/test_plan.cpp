@@ -120,10 +120,18 @@ TEST_CASE("swizzled wgmma tiles keep every K/V tile on a 1024-byte swizzle atom"
             CHECK(p.block_n * (p.wide_v ? (p.pad_v + 63) / 64 * 64 : p.pad_v) * 2 % 1024 == 0);
             CHECK(p.block_m * p.pad_qk * 2 % 1024 == 0);
         }
-    // 96-key tiles of d_v 152 would end mid-atom: the plan narrows the key tile rather than mis-address wgmma.
-    const auto p = plan(cfg(146, "sm_90a"), "128,96,8,1,2,0,2,1,8,0");
+    // 96-key tiles of d_v 152 would end mid-atom: an override asking for them is refused, naming the tile that would
+    // fit, rather than mis-address wgmma or run another tile than asked.
+    try {
+        plan(cfg(146, "sm_90a"), "128,96,8,1,2,0,2,1,8,0");
+        FAIL("a 96-key override at pad 152 ran");
+    } catch (const rtattn::ConfigError& e) {
+        CHECK(e.field() == "tile_override");
+        CHECK(std::string(e.what()).find("ask for 64") != std::string::npos);
+    }
+    const auto p = plan(cfg(146, "sm_90a"), "128,64,8,1,2,0,2,1,8,0");
     CHECK(p.block_n * p.pad_v * 2 % 1024 == 0);
-    CHECK(p.block_n < 96);
+    CHECK(p.block_n == 64);
 }
 
 TEST_CASE("the warp-specialized kernel adds a producer warpgroup and its barriers", "[plan]") {
@@ -229,6 +237,18 @@ TEST_CASE("head dims off the 16 grid load whole rows shifted to aligned boxes, o
         CHECK(p.kernel().find("shifted rows") != std::string::npos);
         CHECK(p.smem_bytes == rtattn::kernels::fwd_sm90_ws().smem_bytes(p));
         if (p.pad_qk > 256) CHECK(p.block_n == 32);  // 272 columns: O at 136 fp32/thread
+        // An override is run as asked or refused, naming the field: 48 keys x 272 columns are not whole 1024-byte
+        // swizzle blocks (the tiles would narrow to 32 keys), 64 are.
+        if (p.pad_qk > 256) {
+            try {
+                plan(cfg(d, "sm_90a", 0, 16), "128,48,8,1,3,0,1");
+                FAIL("a 48-key override ran as another tile");
+            } catch (const rtattn::ConfigError& e) {
+                CHECK(e.field() == "tile_override");
+                CHECK(std::string(e.what()).find("ask for 32") != std::string::npos);
+            }
+            CHECK(plan(cfg(d, "sm_90a", 0, 16), "128,64,8,1,2,0,1").block_n == 64);
+        }
         // Shifted rows need packed K/V rows of 16-byte multiples: none with one kv head off the 8 grid. sm_80 shifts
         // by cp.async (the mma.sync forward: the next test case).
         CHECK(plan(cfg(d, "sm_90a", 0, 1)).shift_rows == (d % 8 == 0));

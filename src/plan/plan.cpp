@@ -91,7 +91,16 @@ KernelPlan plan(const AttentionConfig& c, const PlanOptions& options) {
                                                   "(schedule 1 or 2) or the mma.sync one; schedule 0 (cooperative) "
                                                   "does not gather pages");
     }
+    const int asked_block_n = p.block_n;
     p.family->settle(p);
+    // An override is run as asked or refused: the swizzled Hopper tiles narrow a key tile that is not whole 1024-byte
+    // blocks (48 keys at pad 272), which a table row never asks for but an override may.
+    if (!options.tile_override.empty() && p.block_n != asked_block_n)
+        throw ConfigError(options.tile_field,
+                          util::format("block_n ({}) does not fit the {} kernel at d{}/{} (swizzled K and V tiles are "
+                                       "whole 1024-byte blocks: {} keys would run); ask for {}",
+                                       asked_block_n, p.family->name(), p.head_dim_qk, p.head_dim_v, p.block_n,
+                                       p.block_n));
 
     // Arches with less shared memory: narrow the key tile to 64 first (per-tile overhead grows, but the pipeline
     // keeps hiding load latency), then to 32 before giving up the second stage (d128 on 99 KB: 128 x 32 with two
