@@ -36,8 +36,7 @@ public:
     int threads(const plan::KernelPlan& p) const override { return p.warps * 32; }
     int smem_bytes(const plan::KernelPlan& p) const override {
         return geometry::dec_mma_smem_bytes(p.pad_qk, p.pad_v, p.block_m, p.block_n, p.stages, p.warps,
-                                            alternates(p) && geometry::rotated_rows(p.head_dim_qk, p.vec_qk),
-                                            p.paged_kv);
+                                            alternates(p) && geometry::rotated_rows(p.head_dim_qk, p.vec_qk));
     }
     std::string describe(const plan::KernelPlan& p) const override {
         return util::format("mma.sync decode, split-KV{}{}", p.paged_kv ? ", paged KV cache" : "",

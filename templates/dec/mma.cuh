@@ -9,7 +9,8 @@
 //   combine  one warp per (sequence, query head, token): O = sum_s exp(LSE_s - LSE) O_s, LSE = log sum_s exp(LSE_s).
 //
 // K and V come from a dense cache ([batch, seqlen_k, heads_kv, d] with per-sequence lengths) or a paged one
-// ([pages, page_size, heads_kv, d] and a block table): one row lookup serves both, so one mainloop serves both.
+// ([pages, page_size, heads_kv, d] and a block table): lists of row addresses serve both, so one mainloop serves
+// both.
 // Causal (several query tokens: speculative decoding, chunked prefill) is bottom-right: token t of a sequence with
 // L keys and seqlen_q tokens sees keys j <= L - seqlen_q + t.
 #pragma once
@@ -49,9 +50,9 @@ struct DecShape {
     static constexpr bool kRotV = geometry::rotated_rows(T::kHeadDimV, T::kVecV);
     static constexpr bool kTwoQ = kRotK && T::kAlternate;
     static constexpr int kSmemBytes = geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
-                                                                    T::kStages, T::kWarps, kTwoQ, T::kPaged);
-    static constexpr int kPagesOffset = geometry::dec_mma_pages_offset(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
-                                                                       T::kStages, kTwoQ);
+                                                                    T::kStages, T::kWarps, kTwoQ);
+    static constexpr int kRowsOffset = geometry::dec_mma_rows_offset(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
+                                                                     T::kStages, kTwoQ);
 
     static_assert(T::kBlockM == 16 * T::kMTiles, "rows are whole 16-row MMA tiles");
     static_assert(kWarpKeys % 16 == 0 && kWarpKeys * T::kWarps == T::kBlockN, "each warp takes 16-key steps");
@@ -141,83 +142,73 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (by_parity)
             detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ1, gQ, q_row, group_rows - row0, tid,
                                                                                at_q(rot_k1));
-    // Paged: each row's address (K's and V's: page and slot), written to shared memory a tile ahead by one thread per
-    // row (two lists by tile parity), from the block table's entry that thread read a tile before that (clamped to the
-    // pool where it is used: a clamp beside the load stalls on it), so neither the table's latency nor the address
-    // arithmetic falls on a tile's copies. Reading the table right before each copy ran paged-16 caches at 0.84-0.87
-    // of dense (H200); each copying thread keeping its own rows' pages in registers ran d64 0.95, d128 0.89, d192 0.82,
-    // d256 0.60 of dense (its 16 rows a thread at d192 and d256, 255 registers at d256), and rows of 4 mod 8 (looked
-    // up per row as copied) d100 0.69, d132 0.78; pages (not addresses) in the lists, read from the table in the tile
-    // they were stored in: d64 0.93-0.97, d100 0.80-0.92, d128 0.95, d132 0.83-0.89, d192 0.84-0.86, d256 0.70-0.71
-    // (the copying warps waited on the table and on 64-bit multiplies).
-    const u16** sRows = reinterpret_cast<const u16**>(smem_raw + S::kPagesOffset);
-    constexpr int kTableReads = T::kPaged ? (T::kBlockN + kThreads - 1) / kThreads : 1;
-    unsigned table_entries[kTableReads];
+    // Each row's address (K's and V's), written to shared memory a tile ahead by one thread per row (two lists by tile
+    // parity): a copy reads its row's address (one LDS.64) instead of computing it from 64-bit multiplies, which held
+    // paged d256 to 0.70x dense and cost dense rows up to 6% (H200). Paged, that thread read the block table's entry a
+    // tile before and clamps it to the pool where it is used (a clamp beside the load stalls on it), so the table's
+    // latency never falls on a tile's copies (docs/PERFORMANCE.md, fortieth session: the forms tried, their figures).
+    const u16** sRows = reinterpret_cast<const u16**>(smem_raw + S::kRowsOffset);
+    constexpr int kRowsPerThread = (T::kBlockN + kThreads - 1) / kThreads;
+    unsigned table_entries[T::kPaged ? kRowsPerThread : 1];
     auto read_table = [&](int t) {
+        if constexpr (T::kPaged) {
 #pragma unroll
-        for (int j = 0; j < kTableReads; ++j) {
-            const int r = tid + j * kThreads, key = t * T::kBlockN + r;
-            table_entries[j] = r < T::kBlockN && t < t_end && key < len
-                                   ? unsigned(__ldg(table + (key >> p.page_shift))) : 0u;
+            for (int j = 0; j < kRowsPerThread; ++j) {
+                const int r = tid + j * kThreads, key = t * T::kBlockN + r;
+                table_entries[j] = r < T::kBlockN && t < t_end && key < len
+                                       ? unsigned(__ldg(table + (key >> p.page_shift))) : 0u;
+            }
         }
     };
-    auto fetch_pages = [&](int t) {
-        if constexpr (T::kPaged) {
-            const u16** rows = sRows + (t & 1) * 2 * T::kBlockN;
+    auto fetch_rows = [&](int t) {
+        const u16** rows = sRows + (t & 1) * 2 * T::kBlockN;
 #pragma unroll
-            for (int j = 0; j < kTableReads; ++j) {
-                const int r = tid + j * kThreads;
-                if (r < T::kBlockN) {
+        for (int j = 0; j < kRowsPerThread; ++j) {
+            const int r = tid + j * kThreads;
+            if (r < T::kBlockN) {
+                if constexpr (T::kPaged) {
                     const long long page = min(table_entries[j], unsigned(p.num_pages - 1));
                     const long long slot = (t * T::kBlockN + r) & ((1 << p.page_shift) - 1);
                     rows[r] = gK + page * p.k_batch_stride + slot * p.k_seq_stride;
                     rows[T::kBlockN + r] = gV + page * p.v_batch_stride + slot * p.v_seq_stride;
+                } else {
+                    const long long key = t * T::kBlockN + r;
+                    rows[r] = gK + batch * p.k_batch_stride + key * p.k_seq_stride;
+                    rows[T::kBlockN + r] = gV + batch * p.v_batch_stride + key * p.v_seq_stride;
                 }
             }
-            read_table(t + 1);
         }
+        read_table(t + 1);
     };
     auto load_stage = [&](int t, int st) {
         const int n0 = t * T::kBlockN;
         u16* sK = sRing + st * S::kStageElems;
-        // Row r's address: from the tile's lists (fetch_pages), or the sequence's own rows.
-        const u16* const* rows = sRows + (t & 1) * 2 * T::kBlockN;
-        auto row_in = [&](const u16* base, int list, long long batch_stride, long long seq_stride) {
-            return [=](int r) {
-                if constexpr (T::kPaged) {
-                    return rows[list * T::kBlockN + r];
-                } else {
-                    return base + batch * batch_stride + (n0 + r) * seq_stride;
-                }
-            };
-        };
         u16* sV = sK + T::kBlockN * S::kStrideQK;
+        const u16* const* rows = sRows + (t & 1) * 2 * T::kBlockN;  // the tile's lists (fetch_rows)
+        auto k_row = [=](int r) { return rows[r]; };
+        auto v_row = [=](int r) { return rows[T::kBlockN + r]; };
         if (rotate_k)
             detail::load_rows_rotated<T::kBlockN, kRotK ? T::kHeadDimQK : 12, kThreads>(
-                sK, gK, row_in(gK, 0, p.k_batch_stride, p.k_seq_stride), len - n0, rot_k0,
-                T::kAlternate ? rot_k0 ^ rot_k1 : 0, tid, at_k);
+                sK, gK, k_row, len - n0, rot_k0, T::kAlternate ? rot_k0 ^ rot_k1 : 0, tid, at_k);
         else
-            detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(
-                sK, gK, row_in(gK, 0, p.k_batch_stride, p.k_seq_stride), len - n0, tid, at_k);
+            detail::load_rows<T::kBlockN, T::kHeadDimQK, T::kVecQK, kThreads>(sK, gK, k_row, len - n0, tid, at_k);
         if (rotate_v)
             detail::load_rows_rotated<T::kBlockN, kRotV ? T::kHeadDimV : 12, kThreads>(
-                sV, gV, row_in(gV, 1, p.v_batch_stride, p.v_seq_stride), len - n0, rot_v0,
-                T::kAlternate && rotate_v == 2 ? 4 : 0, tid, at_kv);
+                sV, gV, v_row, len - n0, rot_v0, T::kAlternate && rotate_v == 2 ? 4 : 0, tid, at_kv);
         else
-            detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(
-                sV, gV, row_in(gV, 1, p.v_batch_stride, p.v_seq_stride), len - n0, tid, at_kv);
+            detail::load_rows<T::kBlockN, T::kHeadDimV, T::kVecV, kThreads>(sV, gV, v_row, len - n0, tid, at_kv);
     };
     // Prologue: Q rides with the first tile's group; kStages - 1 tiles in flight.
     int t_load = t_begin;
-    if constexpr (T::kPaged) read_table(t_load);
+    read_table(t_load);
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st, ++t_load) {
-        fetch_pages(t_load);
-        if constexpr (T::kPaged) __syncthreads();  // the tile's page list, before its copies read it
+        fetch_rows(t_load);
+        __syncthreads();  // the tile's row lists, before its copies read them
         if (t_load < t_end) load_stage(t_load, st);
         ptx::cp_async_commit();
     }
-    fetch_pages(t_load);
+    fetch_rows(t_load);
 
     // Per thread: the token of each of its rows, for the causal limit (token t sees keys below len - seqlen_q + t + 1).
     const int g = lane >> 2;
@@ -259,7 +250,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (t_load < t_end) load_stage(t_load, (t_load - t_begin) % T::kStages);
         ptx::cp_async_commit();
         ++t_load;
-        fetch_pages(t_load);  // read after the next iteration's barrier; the table read for the tile after lands meanwhile
+        fetch_rows(t_load);  // read after the next iteration's barrier; a paged table's next entries land meanwhile
 
         const u32 aK = ptx::smem_u32(sRing + ((t - t_begin) % T::kStages) * S::kStageElems);
         const u32 aV = aK + 2 * T::kBlockN * S::kStrideQK;
