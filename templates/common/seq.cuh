@@ -79,11 +79,15 @@ __device__ __forceinline__ Seq<T::kVarlen> fwd_seq_info(const P& p, int batch) {
     return seq_info<T::kVarlen, T::kPaged, T::kPaged || !T::kVarlen>(p, batch);
 }
 
-// The page holding key `key` of the sequence whose block table row is `table`. An entry outside the cache's
-// 0..num_pages-1 (negative ones too, compared unsigned) reads as the last page: a bad table gives wrong rows, never a
-// read outside k_cache / v_cache.
+// A block table entry as a page of the cache: an entry outside 0..num_pages-1 (negative ones too, compared unsigned)
+// reads as the last page, so a bad table gives wrong rows, never a read outside k_cache / v_cache.
+__device__ __forceinline__ unsigned clamp_page(unsigned entry, int num_pages) {
+    return min(entry, unsigned(num_pages - 1));
+}
+
+// The page holding key `key` of the sequence whose block table row is `table` (clamp_page).
 __device__ __forceinline__ int page_of(const int* table, int key, int page_shift, int num_pages) {
-    return int(min(unsigned(__ldg(table + (key >> page_shift))), unsigned(num_pages - 1)));
+    return int(clamp_page(unsigned(__ldg(table + (key >> page_shift))), num_pages));
 }
 
 // Key `key`'s row in a paged cache whose K (or V) head starts at `head`: its page, then its slot in the page.

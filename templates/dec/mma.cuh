@@ -167,7 +167,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
             const int r = tid + j * kThreads;
             if (r < T::kBlockN) {
                 if constexpr (T::kPaged) {
-                    const long long page = min(table_entries[j], unsigned(p.num_pages - 1));
+                    const long long page = detail::clamp_page(table_entries[j], p.num_pages);
                     const long long slot = (t * T::kBlockN + r) & ((1 << p.page_shift) - 1);
                     rows[r] = gK + page * p.k_batch_stride + slot * p.k_seq_stride;
                     rows[T::kBlockN + r] = gV + page * p.v_batch_stride + slot * p.v_seq_stride;
