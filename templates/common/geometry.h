@@ -283,15 +283,12 @@ RTATTN_GEOMETRY int dec_o_stride(int pad_v) { return pad_v + 8; }
 // load_rows_rotated: the mma.sync forward and decode). A decode kernel for packed rows that alternate rotation key by
 // key (heads_kv x d of 4 mod 8) keeps two query tiles, one per rotation, where K's rows rotate (two_q).
 RTATTN_GEOMETRY bool rotated_rows(int head_dim, int vec) { return head_dim % 8 == 4 && head_dim >= 12 && vec == 4; }
-// After the tiles, two pairs of lists of a tile's row addresses (K's and V's, 8 bytes a key; dec/mma.cuh fetch_rows);
-// the combine's O, max, sum and weight reuse the bytes from the start once the key loop is done.
-RTATTN_GEOMETRY int dec_mma_rows_offset(int pad_qk, int pad_v, int block_m, int block_n, int stages, bool two_q) {
-    const int q = (two_q ? 2 : 1) * block_m * padded_row(pad_qk);
-    return 2 * (q + stages * block_n * (padded_row(pad_qk) + padded_row(pad_v)));
-}
+// The query tile, then the ring; the combine's O, max, sum and weight reuse the bytes from the start once the key loop
+// is done. Each K and V row's padding (padded_row: 16 bytes) holds the row's address while its tile loads.
 RTATTN_GEOMETRY int dec_mma_smem_bytes(int pad_qk, int pad_v, int block_m, int block_n, int stages, int warps,
                                        bool two_q) {
-    const int tiles = dec_mma_rows_offset(pad_qk, pad_v, block_m, block_n, stages, two_q) + 32 * block_n;
+    const int q = (two_q ? 2 : 1) * block_m * padded_row(pad_qk);
+    const int tiles = 2 * (q + stages * block_n * (padded_row(pad_qk) + padded_row(pad_v)));
     const int combine = 4 * warps * block_m * (dec_o_stride(pad_v) + 3);  // O, max, sum, weight
     return tiles > combine ? tiles : combine;
 }

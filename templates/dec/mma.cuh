@@ -9,8 +9,8 @@
 //   combine  one warp per (sequence, query head, token): O = sum_s exp(LSE_s - LSE) O_s, LSE = log sum_s exp(LSE_s).
 //
 // K and V come from a dense cache ([batch, seqlen_k, heads_kv, d] with per-sequence lengths) or a paged one
-// ([pages, page_size, heads_kv, d] and a block table): lists of row addresses serve both, so one mainloop serves
-// both.
+// ([pages, page_size, heads_kv, d] and a block table): row addresses kept in the ring serve both, so one mainloop
+// serves both.
 // Causal (several query tokens: speculative decoding, chunked prefill) is bottom-right: token t of a sequence with
 // L keys and seqlen_q tokens sees keys j <= L - seqlen_q + t.
 #pragma once
@@ -51,13 +51,12 @@ struct DecShape {
     static constexpr bool kTwoQ = kRotK && T::kAlternate;
     static constexpr int kSmemBytes = geometry::dec_mma_smem_bytes(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
                                                                     T::kStages, T::kWarps, kTwoQ);
-    static constexpr int kRowsOffset = geometry::dec_mma_rows_offset(T::kPadQK, T::kPadV, T::kBlockM, T::kBlockN,
-                                                                     T::kStages, kTwoQ);
 
     static_assert(T::kBlockM == 16 * T::kMTiles, "rows are whole 16-row MMA tiles");
     static_assert(kWarpKeys % 16 == 0 && kWarpKeys * T::kWarps == T::kBlockN, "each warp takes 16-key steps");
     static_assert(T::kPadQK % 16 == 0 && T::kPadV % 16 == 0, "both pads are whole 16-column pairs");
     static_assert(T::kStages >= 2, "a ring of at least two tiles");
+    static_assert(kStrideQK - T::kPadQK >= 4 && kStrideV - T::kPadV >= 4, "each K/V row's padding holds its address");
     static_assert(T::kBlockM <= kThreads, "a thread per row merges the warps' statistics");
     static_assert(!T::kAlternate || T::kWarps % 2 == 0, "rows by key parity: half the warps take each parity");
 };
@@ -142,12 +141,19 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         if (by_parity)
             detail::load_rows<T::kBlockM, T::kHeadDimQK, T::kVecQK, kThreads>(sQ1, gQ, q_row, group_rows - row0, tid,
                                                                                at_q(rot_k1));
-    // Each row's address (K's and V's), written to shared memory a tile ahead by one thread per row (two lists by tile
-    // parity): a copy reads its row's address (one LDS.64) instead of computing it from 64-bit multiplies, which held
-    // paged d256 to 0.70x dense and cost dense rows up to 6% (H200). Paged, that thread read the block table's entry a
-    // tile before and clamps it to the pool where it is used (a clamp beside the load stalls on it), so the table's
-    // latency never falls on a tile's copies (docs/PERFORMANCE.md, fortieth session: the forms tried, their figures).
-    const u16** sRows = reinterpret_cast<const u16**>(smem_raw + S::kRowsOffset);
+    // Each row's address (K's and V's), written a tile ahead by one thread per row into the 16 bytes of padding that
+    // end the row's own K and V slots in the ring (padded_row: no copy or ldmatrix touches them), so the lists cost no
+    // shared memory and a tile's lists live in its stage. A copy reads its row's address (one LDS.64) instead of
+    // computing it from 64-bit multiplies, which held paged d256 to 0.70x dense and cost dense rows up to 6% (H200).
+    // Paged, that thread read the block table's entry a tile before and clamps it to the pool where it is used (a
+    // clamp beside the load stalls on it), so the table's latency never falls on a tile's copies (docs/PERFORMANCE.md,
+    // fortieth session: the forms tried, their figures).
+    auto k_row_slot = [&](int st, int r) {
+        return reinterpret_cast<const u16**>(sRing + st * S::kStageElems + at_qk(r, T::kPadQK));
+    };
+    auto v_row_slot = [&](int st, int r) {
+        return reinterpret_cast<const u16**>(sRing + st * S::kStageElems + T::kBlockN * S::kStrideQK + at_v(r, T::kPadV));
+    };
     constexpr int kRowsPerThread = (T::kBlockN + kThreads - 1) / kThreads;
     unsigned table_entries[T::kPaged ? kRowsPerThread : 1];
     auto read_table = [&](int t) {
@@ -161,7 +167,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         }
     };
     auto fetch_rows = [&](int t) {
-        const u16** rows = sRows + (t & 1) * 2 * T::kBlockN;
+        const int st = (t - t_begin) % T::kStages;
 #pragma unroll
         for (int j = 0; j < kRowsPerThread; ++j) {
             const int r = tid + j * kThreads;
@@ -169,12 +175,12 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
                 if constexpr (T::kPaged) {
                     const long long page = detail::clamp_page(table_entries[j], p.num_pages);
                     const long long slot = (t * T::kBlockN + r) & ((1 << p.page_shift) - 1);
-                    rows[r] = gK + page * p.k_batch_stride + slot * p.k_seq_stride;
-                    rows[T::kBlockN + r] = gV + page * p.v_batch_stride + slot * p.v_seq_stride;
+                    *k_row_slot(st, r) = gK + page * p.k_batch_stride + slot * p.k_seq_stride;
+                    *v_row_slot(st, r) = gV + page * p.v_batch_stride + slot * p.v_seq_stride;
                 } else {
                     const long long key = t * T::kBlockN + r;
-                    rows[r] = gK + batch * p.k_batch_stride + key * p.k_seq_stride;
-                    rows[T::kBlockN + r] = gV + batch * p.v_batch_stride + key * p.v_seq_stride;
+                    *k_row_slot(st, r) = gK + batch * p.k_batch_stride + key * p.k_seq_stride;
+                    *v_row_slot(st, r) = gV + batch * p.v_batch_stride + key * p.v_seq_stride;
                 }
             }
         }
@@ -184,9 +190,8 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
         const int n0 = t * T::kBlockN;
         u16* sK = sRing + st * S::kStageElems;
         u16* sV = sK + T::kBlockN * S::kStrideQK;
-        const u16* const* rows = sRows + (t & 1) * 2 * T::kBlockN;  // the tile's lists (fetch_rows)
-        auto k_row = [=](int r) { return rows[r]; };
-        auto v_row = [=](int r) { return rows[T::kBlockN + r]; };
+        auto k_row = [=](int r) { return *k_row_slot(st, r); };  // the addresses fetch_rows left in the stage
+        auto v_row = [=](int r) { return *v_row_slot(st, r); };
         if (rotate_k)
             detail::load_rows_rotated<T::kBlockN, kRotK ? T::kHeadDimQK : 12, kThreads>(
                 sK, gK, k_row, len - n0, rot_k0, T::kAlternate ? rot_k0 ^ rot_k1 : 0, tid, at_k);
@@ -204,7 +209,7 @@ __device__ __forceinline__ void flash_decode(const DecParams& p) {
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st, ++t_load) {
         fetch_rows(t_load);
-        __syncthreads();  // the tile's row lists, before its copies read them
+        __syncthreads();  // the tile's row addresses, before its copies read them
         if (t_load < t_end) load_stage(t_load, st);
         ptx::cp_async_commit();
     }
