@@ -589,6 +589,15 @@ TEST_CASE("decode configs plan from the decode table on every arch, and have no 
                 CHECK(p.smem_bytes <= rtattn::arch::get(arch).smem_optin);
                 CHECK(!p.reason.empty());
             }
+    // d<=64's deepest ring is for two CTAs per SM: taken on sm_90 (228 KB), not where one CTA would hold an SM.
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}) {
+        AttentionConfig d64 = cfg(64, arch);
+        d64.decode = true;
+        const KernelPlan p = plan(d64);
+        CAPTURE(arch, p.smem_bytes);
+        CHECK(p.stages == (rtattn::arch::get(arch).major == 9 ? 5 : 4));
+        if (p.stages == 5) CHECK(2 * (p.smem_bytes + 1024) <= rtattn::arch::get(arch).smem_optin + 1024);
+    }
     AttentionConfig c = cfg(128, "sm_90");
     c.decode = true;
     try {
