@@ -204,6 +204,27 @@ TEST_CASE("rtattn bench --vs-padded times each head dim against the next multipl
     CHECK(with_ratio == 2);
 }
 
+TEST_CASE("rtattn bench --decode --cache-prefill times the prefill kernels on a dense or paged cache", "[cli]") {
+    const Cli cli;
+    CHECK(cli("bench --cache-prefill").code == 2);  // needs --decode
+    const bool gpu = !cli.json_of("info --json")["device"].is_null();
+    const std::string out = (cli.scratch.path() / "prefill.json").string();
+    const Result r = cli("bench --decode --cache-prefill --head-dim 64 --decode-shapes 2:512 --decode-q 64 "
+                         "--page-size 0,16 --reps 3 --json-out '" + out + "'");
+    if (!gpu) {
+        CHECK(r.code == 1);
+        return;
+    }
+    REQUIRE(r.code == 0);
+    const json& rows = json::parse(rtattn::test::read_file(out))["results"];
+    REQUIRE(rows.size() == 4);  // two caches, causal and not
+    for (const auto& row : rows) {
+        CHECK(row["seqlen_q"] == 64);
+        CHECK(row["tflops"].get<double>() > 0);
+        CHECK(row["kernel"].get<std::string>().find("decode") == std::string::npos);
+    }
+}
+
 TEST_CASE("rtattn render prints the source; --verbose adds the ptxas report", "[cli]") {
     const Cli cli;
     const Result r = cli("render --head-dim 132 --arch sm_90a");

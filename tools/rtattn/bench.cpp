@@ -556,8 +556,13 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
         ->delimiter(',');
     cmd->add_option("--page-size", o->page_sizes, "with --decode: KV page sizes, 0 for a dense cache (default 0)")
         ->delimiter(',');
-    cmd->add_option("--decode-q", o->decode_q, "with --decode: query tokens per sequence, 1..16 (default 1)")
+    cmd->add_option("--decode-q", o->decode_q,
+                    "with --decode: query tokens per sequence, 1..16 (--cache-prefill: any) (default 1)")
         ->delimiter(',');
+    cmd->add_flag("--cache-prefill", o->cache_prefill,
+                  "with --decode: the prefill kernels on the same caches (a chunked prefill of --decode-q query tokens, "
+                  "any count, against the cached keys; page 0: the dense forward), TFLOPS beside GB/s")
+        ->needs("--decode");
     cmd->add_option("--num-splits", o->num_splits, "with --decode: key splits, 0 for the library's choice (default 0)")
         ->delimiter(',');
     cmd->add_flag("--varlen", o->varlen,
@@ -587,7 +592,7 @@ void add_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
                 throw ConfigError("--vs-padded", "is for the throughput benchmark (not with --decode, --varlen or "
                                                  "--latency)");
             if (o->decode && gqa->count() == 0) o->gqa = 4;
-            if (o->decode && *causal == "both") *causal = "false";
+            if (o->decode && !o->cache_prefill && *causal == "both") *causal = "false";
             if (*causal != "both") o->causal = {*causal == "true"};
             o->runtime = runtime_options(g);
             return run_bench(*o);

@@ -38,6 +38,9 @@ struct BenchOptions {
     std::vector<int> page_sizes = {0};  // 0: a dense cache
     std::vector<int> decode_q = {1};    // query tokens per sequence
     std::vector<int> num_splits = {0};  // key splits (0: the library's choice)
+    // --cache-prefill (with --decode): the prefill kernels on the same caches (a chunked prefill: --decode-q query
+    // tokens against the cached keys, dense or paged), TFLOPS beside the bytes; page 0 is the plain dense forward.
+    bool cache_prefill = false;
     // --varlen: a packed batch of `varlen_seqs` sequences with lengths uniform in varlen_lens (min:max), timed
     // interleaved against the dense kernel on the same total tokens (batch = sequences, seqlen = the mean length).
     bool varlen = false;

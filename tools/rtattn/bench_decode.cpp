@@ -1,7 +1,8 @@
 // `rtattn bench --decode`: the decode kernels' GB/s of K/V read (each cached byte once per KV group), against the
 // card's copy bandwidth measured in the same run (a 2 GiB device-to-device copy, read + write bytes, as the peers'
 // script counts it). Device events around each launch, warm-up, median; two cache copies rotated so a launch never
-// starts with the previous one's K/V in L2; --interleave launches the shapes round-robin.
+// starts with the previous one's K/V in L2; --interleave launches the shapes round-robin. --cache-prefill times the
+// prefill kernels on the same caches instead (any query count; TFLOPS beside the bytes).
 #include "util/format.hpp"
 
 #include <algorithm>
@@ -59,6 +60,17 @@ struct DecodeCase {
         return window_left < 0 ? shape.keys : std::min<double>(shape.keys, double(window_left) + q);
     }
     double bytes() const { return double(shape.batch) * keys_read() * Hkv * 2.0 * d * 2.0; }
+    // 4 FLOPs per (query, key) pair and column: causal counts the pairs bottom-right alignment keeps (token t of q
+    // sees keys up to keys - q + t), a window those it spans.
+    double flops() const {
+        double pairs = 0;
+        for (int t = 0; t < q; ++t) {
+            const double last = causal ? double(shape.keys) - q + t : double(shape.keys) - 1;  // the last key seen
+            const double first = window_left < 0 ? 0 : std::max(0.0, double(shape.keys) - q + t - window_left);
+            pairs += std::max(0.0, std::min(last, double(shape.keys) - 1) - first + 1);
+        }
+        return 4.0 * shape.batch * H * d * pairs;
+    }
 };
 
 std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, DecodeShape shape, int q, int page,
@@ -73,7 +85,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     cfg.dtype = dtype_from_string(dt);
     cfg.causal = causal;
     cfg.num_heads_q = c.H, cfg.num_heads_kv = c.Hkv;
-    cfg.decode = true, cfg.paged_kv = page > 0;
+    cfg.decode = !o.cache_prefill, cfg.paged_kv = page > 0;
     const auto bounds = parse_window(variant.window);
     cfg.local = bounds.has_value();
     if (bounds) c.window = variant.window, c.window_left = bounds->first;
@@ -192,17 +204,19 @@ int run_decode_bench(const BenchOptions& o) {
                       "{}{}\n",
                dev.name, dev.arch(), dev.sms, dev.driver_version, version(), copy,
                o.arch.empty() ? "" : ", kernels for " + o.arch, o.interleave ? ", shapes interleaved" : "");
-    util::print(table, "{:>4} {:>4} {:>7} {:>6} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9} {:>8} {:>6}  {}\n", "d", "B",
-                "keys", "heads", "q", "page", "causal", "dtype", "splits", "us", "GB/s", "%copy", "kernel");
+    util::print(table, "{:>4} {:>4} {:>7} {:>6} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9} {:>8} {:>6} {:>7}  {}\n", "d",
+                "B", "keys", "heads", "q", "page", "causal", "dtype", "splits", "us", "GB/s", "%copy", "TFLOPS",
+                "kernel");
     std::vector<std::unique_ptr<DecodeCase>> cases;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     int failures = 0;
     auto finish = [&](DecodeCase& c) {
-        const double ms = median(c.ms), gbs = c.bytes() / (ms * 1e-3) / 1e9;
+        const double ms = median(c.ms), gbs = c.bytes() / (ms * 1e-3) / 1e9, tflops = c.flops() / (ms * 1e-3) / 1e12;
         util::print(table,
-                    "{:>4} {:>4} {:>7} {:>3}:{:<2} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9.1f} {:>8.0f} {:>5.1f}%  {}\n", c.d,
-                    c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
-                    ms * 1e3, gbs, 100 * gbs / copy,
+                    "{:>4} {:>4} {:>7} {:>3}:{:<2} {:>3} {:>5} {:>6} {:>5} {:>6} {:>9.1f} {:>8.0f} {:>5.1f}% {:>7.1f}"
+                    "  {}\n",
+                    c.d, c.shape.batch, c.shape.keys, c.H, c.Hkv, c.q, c.page, c.causal ? 1 : 0, c.dtype, c.splits,
+                    ms * 1e3, gbs, 100 * gbs / copy, tflops,
                     c.kernel.info().plan.kernel + (c.window.empty() ? "" : ", window " + c.window) +
                        (c.sinks ? ", sinks" : "") + (c.softcap > 0 ? util::format(", softcap {}", c.softcap) : "") +
                        (c.alibi ? ", alibi" : ""));
@@ -211,6 +225,8 @@ int run_decode_bench(const BenchOptions& o) {
         j["d"] = c.d, j["batch"] = c.shape.batch, j["keys"] = c.shape.keys, j["H"] = c.H, j["H_kv"] = c.Hkv;
         j["seqlen_q"] = c.q, j["page_size"] = c.page, j["causal"] = c.causal, j["dtype"] = c.dtype;
         j["splits"] = c.splits, j["ms"] = ms, j["gbs"] = gbs, j["copy_gbs"] = copy, j["of_copy"] = gbs / copy;
+        j["tflops"] = tflops;
+        if (o.cache_prefill) j["cache_prefill"] = true;
         j["registers"] = figure_json(c.kernel.info().registers);
         j["kernel"] = c.kernel.info().plan.kernel;
         if (!c.window.empty()) j["window"] = c.window, j["keys_read"] = c.keys_read();
