@@ -49,6 +49,7 @@ struct DecodeCase {
     std::vector<double> ms;
     int launches = 0;
     int window_left = -1;  // a local kernel's left bound (-1: none, or unbounded)
+    int window_right = -1;  // and its right bound
     std::string window;    // "L:R", or empty
     bool sinks = false;
     float softcap = 0;
@@ -60,14 +61,16 @@ struct DecodeCase {
         return window_left < 0 ? shape.keys : std::min<double>(shape.keys, double(window_left) + q);
     }
     double bytes() const { return double(shape.batch) * keys_read() * Hkv * 2.0 * d * 2.0; }
-    // 4 FLOPs per (query, key) pair and column: causal counts the pairs bottom-right alignment keeps (token t of q
-    // sees keys up to keys - q + t), a window those it spans.
+    // 4 FLOPs per (query, key) pair and column: the pairs the mask keeps, token t of q at position keys - q + t
+    // (bottom-right): causal sees keys up to it, a window from window_left before it to window_right after it.
     double flops() const {
         double pairs = 0;
         for (int t = 0; t < q; ++t) {
-            const double last = causal ? double(shape.keys) - q + t : double(shape.keys) - 1;  // the last key seen
-            const double first = window_left < 0 ? 0 : std::max(0.0, double(shape.keys) - q + t - window_left);
-            pairs += std::max(0.0, std::min(last, double(shape.keys) - 1) - first + 1);
+            const double at = double(shape.keys) - q + t;
+            const double right = causal ? 0 : window_right;  // keys after it (-1: all)
+            const double last = std::min(double(shape.keys) - 1, right < 0 ? double(shape.keys) : at + right);
+            const double first = window_left < 0 ? 0 : std::max(0.0, at - window_left);
+            pairs += std::max(0.0, last - first + 1);
         }
         return 4.0 * shape.batch * H * d * pairs;
     }
@@ -88,7 +91,7 @@ std::unique_ptr<DecodeCase> prepare(Runtime& rt, const BenchOptions& o, int d, D
     cfg.decode = !o.cache_prefill, cfg.paged_kv = page > 0;
     const auto bounds = parse_window(variant.window);
     cfg.local = bounds.has_value();
-    if (bounds) c.window = variant.window, c.window_left = bounds->first;
+    if (bounds) c.window = variant.window, c.window_left = bounds->first, c.window_right = bounds->second;
     c.sinks = cfg.sinks = variant.sinks;
     c.softcap = variant.softcap;
     cfg.softcap = c.softcap > 0;
